@@ -1,0 +1,203 @@
+"""The pipeline: stages run over cells, one result per cell, one bad cell never stops the others.
+
+A stage is a small object behind the :class:`Stage` protocol: its ``inputs`` are hashed so an
+unchanged stage is not re-run, and ``run`` returns a :class:`StageResult` or raises
+:class:`StageFailure`. Every other exception is caught per cell and recorded as
+``error``/``internal-error``. A stage whose prerequisite ended ``fail`` or ``error`` is recorded
+as ``skip``/``prerequisite-failed`` without running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from envbuilder import __version__
+from envbuilder.errors import StageFailure
+from envbuilder.matrix import Cell, Matrix
+from envbuilder.results import CellResult, Reason, ResultStore, StageResult, Status
+
+STAGE_ORDER = ("resolve", "precheck", "build", "import", "smoke")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where envbuilder keeps its work: ``<workdir>/{results,locks,images,logs,reports,cache}``."""
+
+    root: Path
+
+    @property
+    def results(self) -> ResultStore:
+        return ResultStore(self.root / "results")
+
+    def locks(self, cell_id: str) -> Path:
+        return self.root / "locks" / cell_id
+
+    def images(self, cell_id: str) -> Path:
+        return self.root / "images" / cell_id
+
+    def logs(self, cell_id: str) -> Path:
+        return self.root / "logs" / cell_id
+
+    def venvs(self, cell_id: str) -> Path:
+        return self.root / "venvs" / cell_id
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageEvent:
+    """Reported to the CLI's progress display; ``result`` is None when the stage starts."""
+
+    cell_id: str
+    stage: str
+    result: StageResult | None = None
+    cached: bool = False
+
+
+EventSink = Callable[[StageEvent], None]
+
+
+def _no_events(_: StageEvent) -> None:
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """Everything a stage may read. Immutable: stages communicate only through results."""
+
+    matrix: Matrix
+    workspace: Workspace
+    host_facts: dict[str, Any] = field(default_factory=dict)
+    force_stages: frozenset[str] = frozenset()
+    options: dict[str, Any] = field(default_factory=dict)
+    events: EventSink = _no_events
+
+
+class Stage(Protocol):
+    """One step of the pipeline."""
+
+    name: str
+    requires: tuple[str, ...]
+    max_workers: int  # cells run at once for this stage
+
+    def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
+        """Everything the outcome depends on; hashed to decide whether a stored result is still valid."""
+        ...
+
+    def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
+        """Whether what ``old`` produced (a lock, an image) is still there, so it may be reused."""
+        ...
+
+    def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
+        """Decide this stage for ``cell``; may raise :class:`StageFailure`."""
+        ...
+
+
+def inputs_hash(stage: Stage, ctx: RunContext, cell: Cell, prior: CellResult) -> str:
+    payload = {"stage": stage.name, "version": __version__, **stage.inputs(ctx, cell, prior)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_stage_for_cell(stage: Stage, ctx: RunContext, cell: Cell, prior: CellResult) -> tuple[StageResult, bool]:
+    """Run (or reuse) one stage of one cell. Returns the result and whether it came from the store."""
+    blocked = [
+        r for r in (prior.stage(n) for n in stage.requires) if r is not None and r.status in (Status.FAIL, Status.ERROR)
+    ]
+    if blocked:
+        first = blocked[0]
+        return StageResult(name=stage.name, status=Status.SKIP, reason=Reason.PREREQUISITE_FAILED,
+                           message=f"not run: {first.name} ended {first.status} ({first.reason})"), False  # fmt: skip
+    start = time.monotonic()
+    try:
+        key = inputs_hash(stage, ctx, cell, prior)
+    except StageFailure as e:
+        return _from_failure(stage.name, e, time.monotonic() - start, ""), False
+    except Exception as e:  # one bad cell never stops the matrix
+        return _internal(stage.name, e, time.monotonic() - start, ""), False
+    old = prior.stage(stage.name)
+    if (old is not None and old.inputs == key and old.status is not Status.ERROR
+            and stage.name not in ctx.force_stages and stage.intact(ctx, cell, old)):  # fmt: skip
+        return old, True
+    try:
+        result = stage.run(ctx, cell, prior)
+        result = StageResult(name=result.name, status=result.status, reason=result.reason, message=result.message,
+                             duration_s=time.monotonic() - start, inputs=key, details=result.details)  # fmt: skip
+    except StageFailure as e:
+        result = _from_failure(stage.name, e, time.monotonic() - start, key)
+    except Exception as e:
+        result = _internal(stage.name, e, time.monotonic() - start, key)
+    return result, False
+
+
+def _from_failure(name: str, e: StageFailure, duration: float, key: str) -> StageResult:
+    return StageResult(name=name, status=e.status, reason=e.reason, message=e.message, duration_s=duration,
+                       inputs=key, details=e.details)  # fmt: skip
+
+
+def _internal(name: str, e: BaseException, duration: float, key: str) -> StageResult:
+    tb = traceback.format_exception(e)
+    return StageResult(name=name, status=Status.ERROR, reason=Reason.INTERNAL_ERROR,
+                       message=f"{type(e).__name__}: {e}".splitlines()[0][:500], duration_s=duration,
+                       inputs=key, details={"traceback": "".join(tb)[-4000:]})  # fmt: skip
+
+
+def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]) -> list[CellResult]:
+    """Run ``stages`` in order over ``cells``; each finished stage is saved before the next starts."""
+    store = ctx.workspace.results
+    lock = threading.Lock()
+    current: dict[str, CellResult] = {}
+    for cell in cells:
+        prior = store.load(cell.id) or CellResult(id=cell.id, axes=cell.axes)
+        if prior.hash and prior.hash != cell.hash:
+            prior = CellResult(id=cell.id, axes=cell.axes)  # the cell's settings changed: start over
+        current[cell.id] = CellResult(id=cell.id, axes=cell.axes, hash=cell.hash, stages=prior.stages,
+                                      env=_environment(ctx, prior))  # fmt: skip
+
+    for stage in stages:
+
+        def one(cell: Cell, stage: Stage = stage) -> None:
+            ctx.events(StageEvent(cell_id=cell.id, stage=stage.name))
+            result, cached = run_stage_for_cell(stage, ctx, cell, current[cell.id])
+            with lock:
+                updated = current[cell.id].with_stage(result)
+                current[cell.id] = updated
+                store.save(updated)
+            ctx.events(StageEvent(cell_id=cell.id, stage=stage.name, result=result, cached=cached))
+
+        workers = max(1, min(stage.max_workers, len(cells)))
+        if workers == 1:
+            for cell in cells:
+                one(cell)
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"eb-{stage.name}") as pool:
+                list(pool.map(one, cells))
+    return [current[c.id] for c in cells]
+
+
+def _environment(ctx: RunContext, prior: CellResult) -> dict[str, Any]:
+    env = dict(prior.env)
+    env["envbuilder"] = __version__
+    env["matrix"] = str(ctx.matrix.path)
+    if ctx.host_facts:
+        env["host"] = ctx.host_facts
+    return env
+
+
+def default_jobs() -> int:
+    return max(1, (os.cpu_count() or 1) * 2)

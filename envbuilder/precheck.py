@@ -1,0 +1,241 @@
+"""precheck: decide without a GPU what the NVIDIA stack already rules out, from rules kept as data.
+
+Each rule returns findings; the stage is the worst finding. Rules read ``envbuilder/rules/*.toml``
+(CUDA toolkit -> driver, kernels -> architectures) and the runner's facts (``envbuilder doctor``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from packaging.version import Version
+
+from envbuilder import lock, model
+from envbuilder.matrix import HOST, NONE, Cell, Matrix
+from envbuilder.pipeline import RunContext
+from envbuilder.results import CellResult, Reason, StageResult, Status
+
+OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs per GPU
+USABLE_FRACTION = 0.90  # of each GPU's memory an engine may plan for
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    rule: str
+    status: Status
+    reason: Reason
+    message: str
+    source: str = ""
+
+
+@cache
+def rules(name: str) -> dict[str, Any]:
+    """A rule table from ``envbuilder/rules/<name>.toml``."""
+    data: dict[str, Any] = tomllib.loads(resources.files("envbuilder").joinpath(f"rules/{name}.toml").read_text())
+    return data
+
+
+def _v(s: str) -> Version:
+    return Version(s)
+
+
+# --------------------------------------------------------------------------------------------
+# Rules
+# --------------------------------------------------------------------------------------------
+
+
+def check_driver_mismatch(cell: Cell, facts: dict[str, Any]) -> list[Finding]:
+    drv = facts.get("driver", {})
+    module = drv.get("kernel_module")
+    if cell.driver != HOST:
+        if not module:
+            return [Finding(rule="driver-match", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
+                            message="the runner's kernel-module version is unknown")]  # fmt: skip
+        if cell.driver != module:
+            return [Finding(rule="driver-match", status=Status.FAIL, reason=Reason.DRIVER_MISMATCH,
+                            message=f"Driver/library version mismatch: kernel module {module}, userspace "
+                                    f"{cell.driver} baked into the image; bake {module} or use driver = \"host\"",
+                            source="NVIDIA: userspace libraries must equal the loaded kernel module")]  # fmt: skip
+        return [Finding(rule="driver-match", status=Status.PASS, reason=Reason.OK,
+                        message=f"baked userspace {cell.driver} = kernel module")]  # fmt: skip
+    user = drv.get("userspace")
+    if module and user and module != user:
+        return [Finding(rule="driver-match", status=Status.FAIL, reason=Reason.DRIVER_MISMATCH,
+                        message=f"Driver/library version mismatch on the runner: kernel module {module}, userspace "
+                                f"{user} (a driver upgraded without a reboot?); reboot or reinstall one driver")]  # fmt: skip
+    if not module:
+        return [Finding(rule="driver-match", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
+                        message="the runner's NVIDIA driver is unknown (no kernel module found)")]  # fmt: skip
+    return [Finding(rule="driver-match", status=Status.PASS, reason=Reason.OK,
+                    message=f"runner kernel module {module} = userspace {user or 'unknown'}")]  # fmt: skip
+
+
+def effective_driver(cell: Cell, facts: dict[str, Any]) -> str | None:
+    """The userspace driver the cell's CUDA calls into."""
+    if cell.driver != HOST:
+        return cell.driver
+    drv = facts.get("driver", {})
+    value = drv.get("userspace") or drv.get("kernel_module")
+    return str(value) if value else None
+
+
+def check_cuda_driver(cell: Cell, facts: dict[str, Any], cuda: str | None = None) -> list[Finding]:
+    cuda = cuda or cell.cuda
+    if cuda == NONE:
+        return []
+    table = rules("cuda_driver")
+    driver = effective_driver(cell, facts)
+    if driver is None:
+        return [Finding(rule="cuda-driver", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
+                        message=f"driver unknown: cannot check CUDA {cuda}")]  # fmt: skip
+    major = int(cuda.split(".")[0])
+    floor = next((r["driver"] for r in table["minor_compat"] if r["cuda_major"] == major), None)
+    rows = [r for r in table["toolkit"] if r["cuda"] == cuda]
+    own = min((r["driver"] for r in rows), key=_v, default=None)
+    src = table["source"]
+    if floor is not None and _v(driver) < _v(floor):
+        return [Finding(rule="cuda-driver", status=Status.FAIL, reason=Reason.DRIVER_TOO_OLD,
+                        message=f"CUDA {cuda} needs driver >= {floor} (CUDA {major}.x minor-version compatibility); "
+                                f"the driver is {driver}", source=src)]  # fmt: skip
+    if own is None:
+        return [Finding(rule="cuda-driver", status=Status.PASS, reason=Reason.OK,
+                        message=f"CUDA {cuda} is not in the rule table; driver {driver} is above the "
+                                f"{major}.x floor {floor}; add a row to rules/cuda_driver.toml", source=src)]  # fmt: skip
+    if _v(driver) < _v(own):
+        return [Finding(rule="cuda-driver", status=Status.PASS, reason=Reason.OK,
+                        message=f"warning: driver {driver} is below CUDA {cuda}'s own driver {own}: it runs through "
+                                f"minor-version compatibility (limited feature set, no PTX JIT of newer code)",
+                        source=src)]  # fmt: skip
+    return [Finding(rule="cuda-driver", status=Status.PASS, reason=Reason.OK,
+                    message=f"driver {driver} >= {own} (CUDA {cuda})", source=src)]  # fmt: skip
+
+
+def _launch_args(m: Matrix) -> list[str]:
+    """Launch args normalised to ``--flag=value``."""
+    out: list[str] = []
+    args = list(m.server.args)
+    for i, a in enumerate(args):
+        if a.startswith("--") and "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.append(f"{a}={args[i + 1]}")
+        else:
+            out.append(a)
+    return out
+
+
+def check_arch(cell: Cell, m: Matrix, facts: dict[str, Any], lock_versions: dict[str, str]) -> list[Finding]:
+    gpus = facts.get("gpus") or []
+    ccs = sorted({g["compute_capability"] for g in gpus if g.get("compute_capability")})
+    if not ccs or cell.cuda == NONE:
+        return [] if cell.cuda == NONE else [Finding(rule="arch", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
+                                                     message="GPU compute capability unknown")]  # fmt: skip
+    launch = _launch_args(m)
+    out: list[Finding] = []
+    for k in rules("arch")["kernel"]:
+        if lock_versions and k["package"] not in lock_versions and not k.get("always"):
+            continue
+        missing = [cc for cc in ccs if cc not in k["compute_capabilities"]]
+        if not missing:
+            continue
+        used = k.get("always", False) or any(u in launch for u in k.get("used_when", []))
+        msg = f"{k['name']} has no kernels for compute capability {', '.join(missing)}"
+        if used:
+            out.append(Finding(rule="arch", status=Status.FAIL, reason=Reason.ARCH_UNSUPPORTED,
+                               message=msg + " and this cell uses it", source=k["source"]))  # fmt: skip
+        else:
+            out.append(Finding(rule="arch", status=Status.PASS, reason=Reason.OK,
+                               message=f"note: {msg}; not used here ({k['fallback']})", source=k["source"]))  # fmt: skip
+    return out
+
+
+def check_glibc(cell: Cell, lk: lock.Lock | None) -> list[Finding]:
+    if lk is None:
+        return []
+    need = lk.manylinux_floor()
+    have = tuple(int(x) for x in cell.glibc.split("."))
+    if need and need > have:
+        worst = [w.filename for p in lk.packages.values() for w in p.wheels if lock.wheel_glibc(w.filename) == need]
+        return [Finding(rule="glibc", status=Status.FAIL, reason=Reason.NO_WHEEL_FOR_PLATFORM,
+                        message=f"{worst[0] if worst else 'a wheel'} needs glibc {need[0]}.{need[1]}; "
+                                f"{cell.os} has {cell.glibc}")]  # fmt: skip
+    return []
+
+
+def check_vram(m: Matrix, facts: dict[str, Any], matrix_dir: Any) -> list[Finding]:
+    gpus = facts.get("gpus") or []
+    fp = model.footprint(m.model, matrix_dir)
+    if fp is None:
+        return [Finding(rule="vram", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
+                        message="model size unknown: give [model] parameters or a local config.json")]  # fmt: skip
+    if not gpus or not all(g.get("memory_mib") for g in gpus):
+        return [Finding(rule="vram", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
+                        message=f"GPU memory unknown (model needs {fp.weight_bytes / 1e9:.1f} GB of weights)")]  # fmt: skip
+    tp = m.model.tp
+    if tp > len(gpus):
+        return [Finding(rule="vram", status=Status.FAIL, reason=Reason.VRAM_INSUFFICIENT,
+                        message=f"tp={tp} needs {tp} GPUs; the runner has {len(gpus)}")]  # fmt: skip
+    ctx_len = m.model.context_length
+    kv = fp.kv_bytes_per_token * ctx_len + fp.state_bytes_per_sequence
+    per_gpu_need = (fp.weight_bytes + kv) / tp + OVERHEAD_GIB * model.GIB
+    smallest = min(float(g["memory_mib"]) for g in gpus[:tp]) * 1024 * 1024
+    usable = smallest * USABLE_FRACTION
+    numbers = (f"weights {fp.weight_bytes / 1e9:.1f} GB + KV {kv / 1e9:.1f} GB for {ctx_len} tokens, / tp={tp} "
+               f"+ {OVERHEAD_GIB} GiB overhead = {per_gpu_need / model.GIB:.1f} GiB per GPU; "
+               f"{USABLE_FRACTION:.0%} of {smallest / model.GIB:.1f} GiB = {usable / model.GIB:.1f} GiB usable")  # fmt: skip
+    if per_gpu_need > usable:
+        return [Finding(rule="vram", status=Status.FAIL, reason=Reason.VRAM_INSUFFICIENT,
+                        message=f"does not fit: {numbers}", source=fp.source)]  # fmt: skip
+    return [Finding(rule="vram", status=Status.PASS, reason=Reason.OK, message=f"fits: {numbers}", source=fp.source)]
+
+
+def evaluate(cell: Cell, m: Matrix, facts: dict[str, Any], prior: CellResult | None = None,
+             lock_path: Any = None) -> list[Finding]:  # fmt: skip
+    """Every rule's findings for one cell."""
+    lk = lock.read(lock_path) if lock_path is not None and lock_path.exists() else None
+    versions = lk.versions() if lk else {}
+    findings = check_driver_mismatch(cell, facts) if cell.cuda != NONE else []
+    findings += check_cuda_driver(cell, facts, (lk.cuda() if lk else None) or cell.cuda)
+    findings += check_arch(cell, m, facts, versions)
+    findings += check_glibc(cell, lk)
+    if cell.cuda != NONE:
+        findings += check_vram(m, facts, m.path.parent)
+    return findings
+
+
+class PrecheckStage:
+    """``precheck``: the NVIDIA stack against the runner's facts."""
+
+    name = "precheck"
+    requires = ("resolve",)
+    max_workers = 1
+
+    def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
+        r = prior.stage("resolve")
+        facts = {k: ctx.host_facts.get(k) for k in ("gpus", "driver", "glibc")}
+        return {"facts": facts, "lock": r.details.get("lock_sha256") if r else None,
+                "rules": [rules("cuda_driver")["version"], rules("arch")["version"]], "model": asdict(ctx.matrix.model),
+                "args": list(ctx.matrix.server.args)}  # fmt: skip
+
+    def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
+        return True
+
+    def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
+        findings = evaluate(cell, ctx.matrix, ctx.host_facts, prior, ctx.workspace.locks(cell.id) / "pylock.toml")
+        details = {"findings": [{**asdict(f), "status": f.status.value, "reason": f.reason.value} for f in findings]}
+        if not ctx.host_facts:
+            return StageResult(name=self.name, status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
+                               message="no runner facts: run on the GPU runner, or pass --host-facts FILE "
+                                       "from `envbuilder doctor --json`", details=details)  # fmt: skip
+        if not findings:
+            return StageResult(name=self.name, status=Status.PASS, message="nothing to check for a CPU cell",
+                               details=details)  # fmt: skip
+        worst = max(findings, key=lambda f: f.status.rank)
+        if worst.status is Status.PASS:
+            warnings = [f.message for f in findings if f.message.startswith(("warning", "note"))]
+            msg = "; ".join(warnings) if warnings else "driver, CUDA, architecture and VRAM fit"
+            return StageResult(name=self.name, status=Status.PASS, message=msg, details=details)
+        return StageResult(name=self.name, status=worst.status, reason=worst.reason, message=worst.message,
+                           details=details)  # fmt: skip

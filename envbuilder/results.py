@@ -1,0 +1,200 @@
+"""The result contract: one JSON document per cell, written atomically, read by every stage and report.
+
+::
+
+    {"id", "axes": {...}, "hash", "verdict": "pass|fail|skip|error",
+     "stages": [{"name", "status", "reason", "message", "duration_s", "inputs", "details"}],
+     "env": {...}}
+
+``fail`` means the cell is incompatible, ``error`` that the tool could not decide (network down,
+Docker missing), ``skip`` that the stage does not apply here (no GPU). The verdict is the worst
+stage status in the order pass < skip < error < fail.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envbuilder import atomic
+from envbuilder.errors import InputError
+
+SCHEMA_VERSION = 1
+
+
+class Status(enum.StrEnum):
+    PASS = "pass"
+    SKIP = "skip"
+    ERROR = "error"
+    FAIL = "fail"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_RANK = {Status.PASS: 0, Status.SKIP: 1, Status.ERROR: 2, Status.FAIL: 3}
+
+
+class Reason(enum.StrEnum):
+    """The fixed vocabulary of reason slugs. The README's table documents each."""
+
+    OK = "ok"
+    # resolve
+    UNSATISFIABLE = "unsatisfiable"
+    NO_WHEEL_FOR_PLATFORM = "no-wheel-for-platform"
+    NETWORK = "network"
+    CUDA_MISMATCH = "cuda-mismatch"
+    # precheck
+    DRIVER_TOO_OLD = "driver-too-old"
+    DRIVER_MISMATCH = "driver-mismatch"
+    ARCH_UNSUPPORTED = "arch-unsupported"
+    VRAM_INSUFFICIENT = "vram-insufficient"
+    # build / import
+    DOCKER_UNAVAILABLE = "docker-unavailable"
+    BUILD_FAILED = "build-failed"
+    IMPORT_ERROR = "import-error"
+    BAD_FLAG = "bad-flag"
+    BAD_CONFIG = "bad-config"
+    # smoke
+    NO_GPU = "no-gpu"
+    OOM = "oom"
+    CRASH = "crash"
+    GRAPH_CAPTURE_FAILED = "graph-capture-failed"
+    STARTUP_TIMEOUT = "startup-timeout"
+    STALL = "stall"
+    DEGENERATE = "degenerate"
+    GOLDEN_MISMATCH = "golden-mismatch"
+    SPEC_LOSSY = "spec-lossy"
+    SPEC_LOW_ACCEPTANCE = "spec-low-acceptance"
+    PERF_REGRESSION = "perf-regression"
+    LONG_CONTEXT_MISS = "long-context-miss"
+    # any stage
+    NOT_APPLICABLE = "not-applicable"
+    PREREQUISITE_FAILED = "prerequisite-failed"
+    UNKNOWN_FACTS = "unknown-facts"
+    INTERNAL_ERROR = "internal-error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageResult:
+    """What one stage decided about one cell."""
+
+    name: str
+    status: Status
+    reason: Reason = Reason.OK
+    message: str = ""
+    duration_s: float = 0.0
+    inputs: str = ""  # content hash of the stage's inputs; equal inputs => the stage is not re-run
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "reason": self.reason.value,
+            "message": self.message,
+            "duration_s": round(self.duration_s, 3),
+            "inputs": self.inputs,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StageResult:
+        return cls(
+            name=str(d["name"]),
+            status=Status(d["status"]),
+            reason=Reason(d.get("reason", "ok")),
+            message=str(d.get("message", "")),
+            duration_s=float(d.get("duration_s", 0.0)),
+            inputs=str(d.get("inputs", "")),
+            details=dict(d.get("details", {})),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellResult:
+    """Every stage result of one cell, in pipeline order, plus the environment it ran in."""
+
+    id: str
+    axes: dict[str, str]
+    hash: str = ""
+    stages: tuple[StageResult, ...] = ()
+    env: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Status:
+        if not self.stages:
+            return Status.SKIP
+        return max((s.status for s in self.stages), key=lambda s: s.rank)
+
+    def stage(self, name: str) -> StageResult | None:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        return None
+
+    def with_stage(self, result: StageResult) -> CellResult:
+        """A copy with ``result`` replacing the stage of the same name (or appended)."""
+        kept = [s for s in self.stages if s.name != result.name]
+        return replace(self, stages=(*kept, result))
+
+    def without_stages(self, names: set[str]) -> CellResult:
+        return replace(self, stages=tuple(s for s in self.stages if s.name not in names))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "id": self.id,
+            "axes": self.axes,
+            "hash": self.hash,
+            "verdict": self.verdict.value,
+            "stages": [s.to_json() for s in self.stages],
+            "env": self.env,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CellResult:
+        return cls(
+            id=str(d["id"]),
+            axes={str(k): str(v) for k, v in d["axes"].items()},
+            hash=str(d.get("hash", "")),
+            stages=tuple(StageResult.from_json(s) for s in d.get("stages", [])),
+            env=dict(d.get("env", {})),
+        )
+
+
+class ResultStore:
+    """``<workdir>/results/<cell-id>.json``, one atomic file per cell."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, cell_id: str) -> Path:
+        return self.root / f"{cell_id}.json"
+
+    def load(self, cell_id: str) -> CellResult | None:
+        p = self.path(cell_id)
+        if not p.exists():
+            return None
+        return load_result_file(p)
+
+    def save(self, result: CellResult) -> None:
+        atomic.write_json(self.path(result.id), result.to_json())
+
+    def all(self) -> list[CellResult]:
+        if not self.root.is_dir():
+            return []
+        return [load_result_file(p) for p in sorted(self.root.glob("*.json"))]
+
+
+def load_result_file(path: Path) -> CellResult:
+    """Read one result file; a malformed file is an input error naming it."""
+    try:
+        data = json.loads(path.read_text())
+        return CellResult.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InputError(str(path), None, f"not an envbuilder result file ({e})") from None

@@ -1,0 +1,40 @@
+"""CLI plumbing: exit codes, --json, global options before or after the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import ROOT, envbuilder, write
+
+
+def test_expand_json_lists_default_matrix() -> None:
+    r = envbuilder("expand", "--json")
+    assert r.code == 0, r.err
+    cells = json.loads(r.out)
+    assert len(cells) == 8
+    assert all({"id", "axes", "hash"} <= set(c) for c in cells)
+
+
+def test_global_options_before_or_after_command(tmp_path: Path) -> None:
+    m = write(tmp_path / "m.toml", (ROOT / "matrix.toml").read_text().replace('"0.5.9", ', ""))
+    a = envbuilder("--matrix", str(m), "expand", "--json")
+    b = envbuilder("expand", "--matrix", str(m), "--json")
+    assert a.code == b.code == 0 and a.out == b.out and len(json.loads(a.out)) == 6
+
+
+def test_usage_errors_exit_2_with_one_line() -> None:
+    for args in (["expand", "--bogus"], ["no-such-command"], ["expand", "sglang=9.9"]):
+        r = envbuilder(*args)
+        assert r.code == 2, (args, r)
+        assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+
+
+def test_missing_matrix_file(tmp_path: Path) -> None:
+    r = envbuilder("--matrix", str(tmp_path / "nope.toml"), "expand")
+    assert r.code == 2 and "nope.toml: file not found" in r.err
+
+
+def test_python_dash_m_and_version() -> None:
+    r = envbuilder("--version")
+    assert r.code == 0 and r.out.startswith("envbuilder ")

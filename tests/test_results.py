@@ -1,0 +1,64 @@
+"""The result contract: round trip, verdict order, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from envbuilder import atomic
+from envbuilder.errors import InputError
+from envbuilder.results import CellResult, Reason, ResultStore, StageResult, Status, load_result_file
+
+
+def _result() -> CellResult:
+    return CellResult(id="c1", axes={"sglang": "0.5.11"}, hash="abc", stages=(
+        StageResult(name="resolve", status=Status.PASS, message="ok", duration_s=1.25, inputs="k",
+                    details={"packages": {"torch": "2.11.0"}}),
+        StageResult(name="precheck", status=Status.FAIL, reason=Reason.DRIVER_MISMATCH, message="mismatch"),
+    ), env={"envbuilder": "0.1.0"})
+
+
+def test_round_trip_and_contract_keys(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    r = _result()
+    store.save(r)
+    data = json.loads(store.path("c1").read_text())
+    assert {"id", "axes", "verdict", "stages", "env"} <= set(data)
+    assert {"name", "status", "reason", "message", "duration_s"} <= set(data["stages"][0])
+    assert data["verdict"] == "fail"
+    assert store.load("c1") == r
+
+
+@pytest.mark.parametrize(("statuses", "verdict"), [
+    ([Status.PASS, Status.PASS], Status.PASS),
+    ([Status.PASS, Status.SKIP], Status.SKIP),
+    ([Status.SKIP, Status.ERROR], Status.ERROR),
+    ([Status.ERROR, Status.FAIL, Status.PASS], Status.FAIL),
+])
+def test_verdict_is_worst_stage(statuses: list[Status], verdict: Status) -> None:
+    r = CellResult(id="x", axes={}, stages=tuple(StageResult(name=f"s{i}", status=s) for i, s in enumerate(statuses)))
+    assert r.verdict is verdict
+
+
+def test_atomic_write_leaves_old_file_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "r.json"
+    atomic.write_json(target, {"v": 1})
+
+    def boom(src: str, dst: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_json(target, {"v": 2})
+    assert json.loads(target.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_malformed_result_file_is_input_error(tmp_path: Path) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(InputError, match=r"bad\.json"):
+        load_result_file(p)
