@@ -8,6 +8,7 @@ hand-written file is accepted too (missing fields are unknown).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -172,10 +173,8 @@ def _nvml() -> tuple[list[dict[str, Any]], str | None, str | None]:
     except Exception as e:
         return [], None, f"NVML query failed: {e}"
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def _os_release(root: Path) -> dict[str, str]:

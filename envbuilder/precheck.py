@@ -209,7 +209,7 @@ class PrecheckStage:
     """``precheck``: the NVIDIA stack against the runner's facts."""
 
     name = "precheck"
-    requires = ("resolve",)
+    requires: tuple[str, ...] = ("resolve",)
     max_workers = 1
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
