@@ -135,7 +135,7 @@ def check_arch(cell: Cell, m: Matrix, facts: dict[str, Any], lock_versions: dict
     launch = _launch_args(m)
     out: list[Finding] = []
     for k in rules("arch")["kernel"]:
-        if lock_versions and k["package"] not in lock_versions and not k.get("always"):
+        if lock_versions and not any(p in lock_versions for p in k["packages"]) and not k.get("always"):
             continue
         missing = [cc for cc in ccs if cc not in k["compute_capabilities"]]
         if not missing:
