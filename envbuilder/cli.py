@@ -189,14 +189,37 @@ def _host_facts(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace, ui: Ui) -> int:
     from envbuilder.stages import all_stages
 
-    return run_stages(args, ui, all_stages(args))
+    return run_stages(args, ui, all_stages(args), **stage_options(args))
+
+
+def stage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Per-run options the stages read from ``RunContext.options``."""
+    opts: dict[str, Any] = {}
+    for name in ("base_image", "base_url", "startup_timeout_s", "stall_timeout_s"):
+        value = getattr(args, name, None)
+        if value is not None:
+            opts[name] = value
+    return opts
+
+
+def add_run_options(p: argparse.ArgumentParser, *, smoke: bool = True) -> None:
+    """Options shared by `run`, `build`, `smoke`."""
+    p.add_argument("--host-facts", type=Path, help="runner facts from `envbuilder doctor --json` (default: probe here)")
+    p.add_argument("--force", action="store_true", help="re-run every stage even when its inputs are unchanged")
+    p.add_argument("--force-stage", action="append", metavar="STAGE", help="re-run this stage (repeatable)")
+    p.add_argument("--runner", choices=["docker", "venv"], help="override [build] runner")
+    p.add_argument("--base-image", help="override [build] base_image")
+    if smoke:
+        p.add_argument("--checks", help="smoke checks: all (default), none, or a list: golden,degeneracy,spec,speed,"
+                                        "long-context")  # fmt: skip
+        p.add_argument("--base-url", help="check a server that is already running (external runner)")
+        p.add_argument("--startup-timeout", dest="startup_timeout_s", type=float, help="seconds until not ready = failure")
+        p.add_argument("--stall-timeout", dest="stall_timeout_s", type=float, help="seconds without log output = stall")
 
 
 def _configure_run(p: argparse.ArgumentParser) -> None:
     _add_cells(p)
-    p.add_argument("--host-facts", type=Path, help="runner facts from `envbuilder doctor --json`")
-    p.add_argument("--force", action="store_true", help="re-run every stage even when its inputs are unchanged")
-    p.add_argument("--force-stage", action="append", metavar="STAGE", help="re-run this stage (repeatable)")
+    add_run_options(p)
 
 
 Handler = Callable[[argparse.Namespace, Ui], int]
@@ -232,3 +255,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except BrokenPipeError:  # `envbuilder ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return errors.EXIT_OK

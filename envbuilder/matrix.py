@@ -114,6 +114,7 @@ class SmokeConfig:
     concurrency: tuple[int, ...] = (1, 4, 16)
     speed_max_tokens: int = 128
     long_context: tuple[int, ...] = (30000, 60000, 100000, 128000)
+    needle_digits: int = 7  # RULER uses 7-digit numbers
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -175,7 +175,11 @@ def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]
             ctx.events(StageEvent(cell_id=cell.id, stage=stage.name))
             result, cached = run_stage_for_cell(stage, ctx, cell, current[cell.id])
             with lock:
-                updated = current[cell.id].with_stage(result)
+                updated = current[cell.id].without_stages(
+                    {s.name for s in current[cell.id].stages if s.name.startswith(stage.name + ".")})
+                updated = updated.with_stage(result)
+                for sub in result.details.get("substages", []):  # checks report as stages of their own
+                    updated = updated.with_stage(StageResult.from_json(sub))
                 current[cell.id] = updated
                 store.save(updated)
             ctx.events(StageEvent(cell_id=cell.id, stage=stage.name, result=result, cached=cached))

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import argparse
 
+from envbuilder.build import BuildStage
+from envbuilder.importcheck import ImportStage
 from envbuilder.pipeline import Stage
 from envbuilder.precheck import PrecheckStage
 from envbuilder.resolve import ResolveStage
+from envbuilder.smoke import SmokeStage, parse_checks
 
 
 def all_stages(args: argparse.Namespace) -> list[Stage]:
-    return [ResolveStage(drift=getattr(args, "drift", False)), PrecheckStage()]
+    checks = parse_checks(args.checks) if getattr(args, "checks", None) else None
+    return [
+        ResolveStage(drift=getattr(args, "drift", False)),
+        PrecheckStage(),
+        BuildStage(runner=getattr(args, "runner", None)),
+        ImportStage(),
+        SmokeStage(checks=checks),
+    ]

@@ -1,0 +1,154 @@
+"""Engine adapters: how to launch a cell's server and how to read its start-up, behind one protocol.
+
+An engine is data (:class:`EngineSpec`: ready line, milestones, failure patterns, version-specific
+flags) plus a few small functions. ``sglang`` is the production engine; ``llama-cpp`` runs on a
+CPU and is what the CPU test suite serves SmolLM2 with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+
+@dataclass(frozen=True, kw_only=True)
+class Milestone:
+    """A log line that marks a point of the start-up; ``elapsed`` captures a duration the engine printed."""
+
+    name: str
+    pattern: re.Pattern[str]
+    slow: bool = False  # the phase it begins may legitimately print nothing for long (graph capture)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailurePattern:
+    reason: str  # a Reason slug
+    pattern: re.Pattern[str]
+    fatal: bool = False  # decide at once (the engine will not exit by itself soon)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    name: str
+    package: str  # the distribution whose version decides flag differences
+    module: str  # python -m <module>
+    ready: tuple[re.Pattern[str], ...]
+    milestones: tuple[Milestone, ...]
+    failures: tuple[FailurePattern, ...]
+    # flag -> version from which it is gone (argparse then sees an unknown or ambiguous flag)
+    removed_flags: dict[str, str] = field(default_factory=dict)
+    health_path: str = "/health"
+    chat_path: str = "/v1/chat/completions"
+
+    def supports(self, flag: str, version: str | None) -> bool:
+        gone = self.removed_flags.get(flag)
+        if gone is None or version is None:
+            return True
+        try:
+            return Version(version) < Version(gone)
+        except InvalidVersion:
+            return True
+
+    def filter_flags(self, args: Sequence[str], version: str | None) -> list[str]:
+        """Drop flags (and their values) that the engine version no longer has."""
+        out: list[str] = []
+        skip = False
+        for i, a in enumerate(args):
+            if skip:
+                skip = False
+                continue
+            flag = a.split("=", 1)[0]
+            if flag.startswith("--") and not self.supports(flag, version):
+                skip = "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--")
+                continue
+            out.append(a)
+        return out
+
+
+def _re(p: str) -> re.Pattern[str]:
+    return re.compile(p)
+
+
+SGLANG = EngineSpec(
+    name="sglang",
+    package="sglang",
+    module="sglang.launch_server",
+    ready=(_re(r"The server is fired up and ready to roll!"),),
+    milestones=(
+        Milestone(name="torch_distributed", pattern=_re(r"Init torch distributed begin")),
+        Milestone(name="load_weight_begin", pattern=_re(r"Load weight begin"), slow=True),
+        Milestone(name="load_weight_end", pattern=_re(r"Load weight end\. elapsed=(?P<elapsed>[\d.]+) s")),
+        Milestone(name="kv_cache", pattern=_re(r"KV Cache is allocated\. #tokens: (?P<tokens>\d+)")),
+        Milestone(name="mamba_cache", pattern=_re(r"Mamba Cache is allocated")),
+        Milestone(name="graph_capture_begin", pattern=_re(r"Capture (?:cuda|.*CUDA) graph begin"), slow=True),
+        Milestone(name="graph_capture_end",
+                  pattern=_re(r"Capture (?:cuda|CUDA) graph end\. Time elapsed: (?P<elapsed>[\d.]+) s")),
+        Milestone(name="draft_graph_capture_end",
+                  pattern=_re(r"Capture draft (?:cuda|CUDA) graph end\. Time elapsed: (?P<elapsed>[\d.]+) s")),
+        Milestone(name="piecewise_begin", pattern=_re(r"Capture piecewise CUDA graph begin"), slow=True),
+        Milestone(name="piecewise_end",
+                  pattern=_re(r"Capture piecewise CUDA graph end\. Time elapsed: (?P<elapsed>[\d.]+) s")),
+        Milestone(name="max_tokens", pattern=_re(r"max_total_num_tokens=(?P<tokens>\d+).*context_len=(?P<ctx>\d+)")),
+        Milestone(name="http_up", pattern=_re(r"Uvicorn running on"), slow=True),
+    ),
+    failures=(
+        FailurePattern(reason="oom", pattern=_re(r"Not enough memory|CUDA out of memory|OutOfMemoryError")),
+        FailurePattern(reason="graph-capture-failed", pattern=_re(r"Capture (?:cuda|CUDA) graph failed")),
+        FailurePattern(
+            reason="crash",
+            pattern=_re(r"Received sigquit from a child process|scheduler died during initialization|"
+                        r"Rank \d+ scheduler is dead"),
+            fatal=True,
+        ),
+        FailurePattern(reason="crash", pattern=_re(r"Scheduler hit an exception")),
+    ),
+    removed_flags={"--cuda-graph-max-bs": "0.5.23"},
+)
+
+LLAMA_CPP = EngineSpec(
+    name="llama-cpp",
+    package="llama-cpp-python",
+    module="llama_cpp.server",
+    ready=(_re(r"Uvicorn running on"),),
+    milestones=(
+        Milestone(name="load_weight_begin", pattern=_re(r"llama_model_loader: loaded meta data"), slow=True),
+        Milestone(name="load_weight_end", pattern=_re(r"load_tensors:.*buffer size|llm_load_tensors:")),
+        Milestone(name="kv_cache", pattern=_re(r"llama_kv_cache|llama_context: KV self size|KV buffer size")),
+        Milestone(name="http_up", pattern=_re(r"Uvicorn running on")),
+    ),
+    failures=(
+        FailurePattern(reason="oom", pattern=_re(r"failed to allocate|out of memory")),
+    ),
+    health_path="/v1/models",
+)
+
+ENGINES = {e.name: e for e in (SGLANG, LLAMA_CPP)}
+
+
+def engine(name: str) -> EngineSpec:
+    return ENGINES[name]
+
+
+def launch_argv(spec: EngineSpec, python: str, model: str, host: str, port: int, user_args: Sequence[str],
+                version: str | None, *, tp: int = 1, context_length: int | None = None,
+                adapter_args: Sequence[str] = ()) -> list[str]:  # fmt: skip
+    """The launch command of an engine for one cell.
+
+    The adapter's own flags are filtered by version (a flag the version no longer has is left out);
+    the user's ``[server] args`` pass through untouched, so the import stage can report them.
+    """
+    if spec.name == "sglang":
+        argv = [python, "-m", spec.module, "--model-path", model, "--host", host, "--port", str(port)]
+        if tp > 1:
+            argv += ["--tp", str(tp)]
+        if context_length:
+            argv += ["--context-length", str(context_length)]
+        argv += ["--enable-metrics"]
+    else:
+        argv = [python, "-m", spec.module, "--model", model, "--host", host, "--port", str(port)]
+        if context_length:
+            argv += ["--n_ctx", str(context_length)]
+    return argv + spec.filter_flags(adapter_args, version) + list(user_args)

@@ -1,0 +1,178 @@
+"""import: a CPU-only smoke of the cell's environment (image or venv) — imports, versions, the CUDA build
+torch carries, and the engine's own argument parser against every flag the cell will be launched with.
+
+argparse accepts unique prefixes (``--speculative-algo`` is ``--speculative-algorithm``); a flag that is
+ambiguous or unknown in that engine version is ``fail``/``bad-flag``. An import that fails only because
+there is no GPU driver here (``libcuda.so.1``, "no NVIDIA driver") is ``skip``, anything else
+``fail``/``import-error`` with the exception's last line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from envbuilder import engines
+from envbuilder.errors import StageFailure
+from envbuilder.matrix import Cell
+from envbuilder.pipeline import RunContext
+from envbuilder.results import CellResult, Reason, StageResult, Status
+
+MARK = "ENVBUILDER-JSON "
+NEEDS_GPU = re.compile(r"libcuda\.so|no NVIDIA driver|Found no NVIDIA driver|CUDA driver|libnvidia-ml|"
+                       r"NVIDIA driver on your system|cudaGetDeviceCount|nvmlInit", re.I)  # fmt: skip
+
+PROBE = r"""
+import importlib, json, sys, traceback
+out = {"python": sys.version.split()[0], "modules": {}}
+for name in sys.argv[1:]:
+    try:
+        m = importlib.import_module(name)
+        out["modules"][name] = {"ok": True, "version": getattr(m, "__version__", None)}
+    except BaseException as e:
+        out["modules"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+                                "traceback": traceback.format_exc()[-4000:]}
+try:
+    import torch
+    out["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda}
+except BaseException:
+    pass
+print("ENVBUILDER-JSON " + json.dumps(out))
+"""
+
+
+def modules_for(engine: str, locked: dict[str, str]) -> list[str]:
+    """The cell's key modules: the engine, torch, the engine's kernel package, flash-attn-4's cute."""
+    mods = ["sglang"] if engine == "sglang" else ["llama_cpp"]
+    if "torch" in locked:
+        mods.append("torch")
+    if "sgl-kernel" in locked or "sglang-kernel" in locked:
+        mods.append("sgl_kernel")
+    if "flash-attn-4" in locked:
+        mods.append("flash_attn.cute")
+    return mods
+
+
+def help_options(help_text: str) -> set[str]:
+    """Every long option an argparse ``--help`` lists."""
+    return set(re.findall(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)", help_text))
+
+
+def check_flags(args: Sequence[str], options: set[str]) -> tuple[list[str], list[str]]:
+    """(problems, notes) for the flags in ``args`` under argparse's prefix rules."""
+    problems: list[str] = []
+    notes: list[str] = []
+    for a in args:
+        if not a.startswith("--"):
+            continue
+        flag = a.split("=", 1)[0]
+        if flag in options:
+            continue
+        prefixed = sorted(o for o in options if o.startswith(flag))
+        if len(prefixed) == 1:
+            notes.append(f"{flag} is accepted as an abbreviation of {prefixed[0]}")
+        elif prefixed:
+            problems.append(f"{flag} is ambiguous: it could be {', '.join(prefixed[:5])}")
+        else:
+            close = difflib.get_close_matches(flag, sorted(options), n=3, cutoff=0.6)
+            problems.append(f"{flag} does not exist" + (f" (close: {', '.join(close)})" if close else ""))
+    return problems, notes
+
+
+def run_in_env(build: StageResult, argv: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU)."""
+    if build.details.get("runner") == "venv":
+        cmd = [str(build.details["python"]), *argv]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return 124, f"timed out after {timeout_s:.0f} s"
+        return p.returncode, p.stdout + p.stderr
+    import docker
+
+    client = docker.from_env(timeout=int(timeout_s) + 30)
+    container = None
+    try:
+        container = client.containers.run(str(build.details["image"]), ["python", *argv], detach=True,
+                                          labels={"envbuilder.cell": "import-smoke"})  # fmt: skip
+        try:
+            code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
+        except Exception:
+            return 124, f"timed out after {timeout_s:.0f} s"
+        return code, container.logs().decode(errors="replace")
+    finally:
+        if container is not None:
+            container.remove(force=True)
+        client.close()
+
+
+def classify_import(name: str, info: dict[str, Any]) -> tuple[Status, Reason, str]:
+    err = str(info.get("error", ""))
+    tb = str(info.get("traceback", ""))
+    if NEEDS_GPU.search(err) or NEEDS_GPU.search(tb.splitlines()[-1] if tb else ""):
+        return Status.SKIP, Reason.NO_GPU, f"import {name} needs a GPU driver here: {err}"
+    return Status.FAIL, Reason.IMPORT_ERROR, f"import {name} failed: {err}"
+
+
+class ImportStage:
+    """``import``: no GPU needed."""
+
+    name = "import"
+    requires: tuple[str, ...] = ("resolve", "build")
+    max_workers = 1
+
+    def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
+        b = prior.stage("build")
+        return {"build": b.inputs if b else None, "image": b.details.get("image_id") if b else None,
+                "args": list(ctx.matrix.server.args), "engine": ctx.matrix.server.engine}  # fmt: skip
+
+    def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
+        return True
+
+    def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
+        build = prior.stage("build")
+        if build is None or build.status is not Status.PASS:
+            raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE, "no built environment (custom command or no build)")
+        resolve = prior.stage("resolve")
+        locked = dict(resolve.details.get("packages", {})) if resolve else {}
+        engine = ctx.matrix.server.engine
+        spec = engines.engine(engine)
+        mods = modules_for(engine, locked)
+        code, out = run_in_env(build, ["-c", PROBE, *mods], timeout_s=600)
+        line = next((ln for ln in out.splitlines() if ln.startswith(MARK)), None)
+        if line is None:
+            raise StageFailure(Status.FAIL, Reason.IMPORT_ERROR,
+                               f"the import probe did not run (exit {code}): {out.strip().splitlines()[-1:] or ''}")  # fmt: skip
+        probe = json.loads(line[len(MARK):])
+        details: dict[str, Any] = {"probe": probe, "modules": mods}
+        failed = [(n, i) for n, i in probe["modules"].items() if not i["ok"]]
+        verdicts = [classify_import(n, i) for n, i in failed]
+        hard = [v for v in verdicts if v[0] is Status.FAIL]
+        if hard:
+            return StageResult(name=self.name, status=Status.FAIL, reason=hard[0][1], message=hard[0][2], details=details)
+        if verdicts:  # only GPU-driver failures: the parser check needs the engine imported, so it is skipped too
+            return StageResult(name=self.name, status=Status.SKIP, reason=Reason.NO_GPU, message=verdicts[0][2],
+                               details=details)  # fmt: skip
+        hcode, help_text = run_in_env(build, ["-m", spec.module, "--help"], timeout_s=600)
+        details["help_exit"] = hcode
+        if hcode != 0:
+            last = [ln for ln in help_text.splitlines() if ln.strip()][-1:] or ["no output"]
+            status, reason, _ = classify_import(spec.module, {"error": last[0], "traceback": help_text[-3000:]})
+            return StageResult(name=self.name, status=status, reason=reason,
+                               message=f"{spec.module} --help failed: {last[0]}", details=details)  # fmt: skip
+        options = help_options(help_text)
+        problems, notes = check_flags(ctx.matrix.server.args, options)
+        details.update({"options": len(options), "flag_notes": notes, "flag_problems": problems})
+        version = probe["modules"].get(mods[0], {}).get("version")
+        if problems:
+            return StageResult(name=self.name, status=Status.FAIL, reason=Reason.BAD_FLAG,
+                               message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip
+        torch = probe.get("torch", {})
+        extra = f", torch {torch.get('version')} (CUDA {torch.get('cuda')})" if torch else ""
+        return StageResult(name=self.name, status=Status.PASS,
+                           message=f"imports {', '.join(mods)}: {spec.package} {version}{extra}; "
+                                   f"{len(ctx.matrix.server.args)} launch args parse", details=details)  # fmt: skip

@@ -1,0 +1,164 @@
+"""Runners: where a cell's server runs — a local process (the cell's venv or a custom command), a
+Docker container of the cell's image, or an external server someone else started.
+
+Every runner is a context manager: teardown (SIGTERM to the process group / container stop, then
+SIGKILL after a grace period) runs on every path — success, exception, Ctrl-C — and even when the
+start itself fails. Each start leaves a pid file (or a container label) so ``envbuilder gc`` can
+remove what a killed orchestrator left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
+
+from envbuilder.monitor import Event, Exited, LogLine
+
+GRACE_S = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerHandle(Protocol):
+    """A started server: its events (log lines, exit) and where it answers."""
+
+    events: queue.Queue[Event]
+    base_url: str
+    pid: int | None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class ProcessHandle:
+    proc: subprocess.Popen[bytes]
+    base_url: str
+    events: queue.Queue[Event] = field(default_factory=queue.Queue)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+
+def _pump(stream: IO[bytes], events: queue.Queue[Event]) -> None:
+    for raw in iter(stream.readline, b""):
+        # progress bars redraw with \r: each redraw is a line of its own for the monitor
+        for part in raw.decode(errors="replace").rstrip("\n").split("\r"):
+            if part.strip():
+                events.put(LogLine(text=part.rstrip(), t=time.monotonic()))
+    stream.close()
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> int | None:
+    """SIGTERM the whole process group, SIGKILL it after ``grace_s``; returns the exit code."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # children that outlived the leader (engine workers) go too
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode
+
+
+class LocalRunner:
+    """Runs the server as a local process group (the cell's venv, or a custom command)."""
+
+    def __init__(self, run_dir: Path, grace_s: float = GRACE_S) -> None:
+        self.run_dir = run_dir
+        self.grace_s = grace_s
+
+    @contextmanager
+    def start(self, argv: Sequence[str], *, env: Mapping[str, str], base_url: str, name: str) -> Iterator[ProcessHandle]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        pidfile = self.run_dir / f"{name}.pid"
+        proc = subprocess.Popen(
+            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(env), start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        handle = ProcessHandle(proc=proc, base_url=base_url)
+        try:
+            pidfile.write_text(json.dumps({"pid": proc.pid, "argv": list(argv), "started": time.time()}))
+            assert proc.stdout is not None
+            reader = threading.Thread(target=_pump, args=(proc.stdout, handle.events), daemon=True)
+            reader.start()
+
+            def waiter() -> None:
+                code = proc.wait()
+                reader.join(5)
+                handle.events.put(Exited(code=code, t=time.monotonic()))
+
+            threading.Thread(target=waiter, daemon=True).start()
+            yield handle
+        finally:
+            stop_process_group(proc, self.grace_s)
+            with contextlib.suppress(FileNotFoundError):
+                pidfile.unlink()
+
+
+@dataclass
+class ExternalHandle:
+    base_url: str
+    events: queue.Queue[Event] = field(default_factory=queue.Queue)
+    pid: int | None = None
+
+
+class ExternalRunner:
+    """A server someone else started (``--base-url``): nothing to start or stop."""
+
+    @contextmanager
+    def start(self, argv: Sequence[str], *, env: Mapping[str, str], base_url: str, name: str) -> Iterator[ExternalHandle]:
+        yield ExternalHandle(base_url=base_url)
+
+
+def gc(run_dir: Path, grace_s: float = 2.0) -> list[str]:
+    """Stop servers whose orchestrator died (pid files left in ``run_dir``); returns what was removed."""
+    removed: list[str] = []
+    if not run_dir.is_dir():
+        return removed
+    for pidfile in sorted(run_dir.glob("*.pid")):
+        try:
+            pid = int(json.loads(pidfile.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            removed.append(f"process group {pid} ({pidfile.stem})")
+        pidfile.unlink(missing_ok=True)
+    return removed

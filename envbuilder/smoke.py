@@ -1,0 +1,251 @@
+"""smoke: start the cell's engine once, watch it become ready (or classify why not), run the checks
+against that one server, and always tear it down.
+
+Where the server runs: a custom ``[server] command`` (with ``{host}``, ``{port}``, ``{model}``), an
+external server (``[server] base_url`` without a command, or ``--base-url``), the cell's venv, or the
+cell's Docker image.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuilder import engines
+from envbuilder.client import EngineClient, ready_probe
+from envbuilder.engines import EngineSpec
+from envbuilder.errors import InputError, StageFailure
+from envbuilder.matrix import NONE, Cell, Matrix
+from envbuilder.monitor import LaunchOutcome, LogLine, WatchLimits, watch
+from envbuilder.pipeline import RunContext
+from envbuilder.results import CellResult, Reason, StageResult, Status
+from envbuilder.runners import ExternalRunner, LocalRunner, free_port
+
+SUITE_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """Everything needed to start one server of a cell."""
+
+    argv: list[str]
+    env: dict[str, str]
+    base_url: str
+    runner: str  # "local" | "external" | "docker"
+    model: str
+    image: str | None = None
+
+
+def site_packages(python: str) -> list[Path]:
+    """The site-packages folders of an interpreter (for models shipped inside a package)."""
+    import subprocess
+
+    out = subprocess.run([python, "-c", "import site,sys;print('\\n'.join(site.getsitepackages()))"],
+                         capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    return [Path(p) for p in out.stdout.split()] if out.returncode == 0 else []
+
+
+def resolve_model_path(m: Matrix, python: str | None) -> str:
+    """``[model] path``: a local path, a hub id, or ``pkg:<glob>`` inside the environment's site-packages."""
+    path = m.model.path
+    if path.startswith("pkg:"):
+        pattern = path[4:]
+        roots = site_packages(python) if python else []
+        for root in roots:
+            hits = sorted(root.glob(pattern))
+            if hits:
+                return str(hits[0])
+        raise StageFailure(Status.FAIL, Reason.CRASH,
+                           f"model {path}: nothing matches {pattern!r} in the environment's site-packages")  # fmt: skip
+    local = (m.path.parent / path).expanduser()
+    return str(local) if local.exists() else path
+
+
+def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: tuple[str, ...] = (),
+                drop_args: tuple[str, ...] = ()) -> Launch:  # fmt: skip
+    """How this cell's server is started (custom command, external, venv or image)."""
+    m = ctx.matrix
+    spec = engines.engine(m.server.engine)
+    host = m.server.host
+    base_url = ctx.options.get("base_url") or (m.server.base_url if m.server.command is None else None)
+    env = {**os.environ, **m.server.env}
+    if base_url:
+        return Launch(argv=[], env=env, base_url=str(base_url), runner="external", model=m.model.path)
+    port = m.server.port or free_port(host)
+    user_args = _drop(list(m.server.args), drop_args) + list(extra_args)
+    if m.server.command is not None:  # [server] args are appended to a custom command
+        model = resolve_model_path(m, sys.executable)
+        argv = [a.format(host=host, port=port, model=model) for a in m.server.command] + user_args
+        return Launch(argv=argv, env=env, base_url=m.server.base_url or f"http://{host}:{port}", runner="local",
+                      model=model)  # fmt: skip
+    build = prior.stage("build")
+    if build is None or build.status is not Status.PASS:
+        raise StageFailure(Status.SKIP, Reason.PREREQUISITE_FAILED, "no built environment for this cell")
+    version = cell.requirements().get(spec.package)
+    if build.details.get("runner") == "venv":
+        python = str(build.details["python"])
+        model = resolve_model_path(m, python)
+        argv = engines.launch_argv(spec, python, model, host, port, user_args, version, tp=m.model.tp,
+                                   context_length=_ctx_len(m))  # fmt: skip
+        return Launch(argv=argv, env=env, base_url=f"http://{host}:{port}", runner="local", model=model)
+    image = str(build.details["image"])
+    model = m.model.path
+    argv = engines.launch_argv(spec, "python3", "/model" if Path(model).exists() else model, "0.0.0.0", port,
+                               user_args, version, tp=m.model.tp, context_length=_ctx_len(m))  # fmt: skip
+    return Launch(argv=argv, env=dict(m.server.env), base_url=f"http://{host}:{port}", runner="docker",
+                  model=model, image=image)  # fmt: skip
+
+
+def _ctx_len(m: Matrix) -> int | None:
+    return m.model.context_length if m.model.context_length else None
+
+
+def _drop(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    """Remove ``flags`` (and the values that follow them) from an argument list."""
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a.split("=", 1)[0] in flags:
+            skip = "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--")
+            continue
+        out.append(a)
+    return out
+
+
+@dataclass
+class Running:
+    """A started server as the checks see it."""
+
+    outcome: LaunchOutcome
+    client: EngineClient
+    lines: list[str]  # every log line so far (kept up to date after ready)
+
+
+@contextmanager
+def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
+            echo: Callable[[str], None] | None = None) -> Iterator[Running]:  # fmt: skip
+    """Start a server, watch it to ready or failure, yield it; always tear down (even if the start fails)."""
+    m = ctx.matrix
+    spec: EngineSpec = engines.engine(m.server.engine)
+    log_path = ctx.workspace.logs(cell.id) / f"{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    client = EngineClient(launch.base_url, timeout_s=m.smoke.request_timeout_s)
+    limits = WatchLimits(startup_timeout_s=float(ctx.options.get("startup_timeout_s", m.server.startup_timeout_s)),
+                         stall_timeout_s=float(ctx.options.get("stall_timeout_s", m.server.stall_timeout_s)))  # fmt: skip
+    if launch.runner == "external":
+        runner_cm: Any = ExternalRunner().start([], env=launch.env, base_url=launch.base_url, name=name)
+    elif launch.runner == "docker":
+        from envbuilder.runners.docker import DockerRunner
+
+        runner_cm = DockerRunner(labels={"envbuilder.cell": cell.id}).start(
+            launch.argv, env=launch.env, base_url=launch.base_url, name=f"{cell.id}-{name}", image=launch.image or "",
+            model_dir=launch.model if Path(launch.model).exists() else None, gpus=cell.cuda != NONE)
+    else:
+        runner_cm = LocalRunner(ctx.workspace.root / "run").start(launch.argv, env=launch.env,
+                                                                   base_url=launch.base_url, name=f"{cell.id}-{name}")  # fmt: skip
+    with log_path.open("w") as log, runner_cm as handle:
+        log.write("CMD " + " ".join(launch.argv) + "\n")
+        lines: list[str] = []
+        outcome = watch(handle.events, spec, log=log, echo=echo, ready_check=lambda: ready_probe(client),
+                        http_only=launch.runner == "external", limits=limits, sink=lines)  # fmt: skip
+        stop = threading.Event()
+
+        def drain() -> None:  # after ready the server keeps logging (decode lines, token usage)
+            while not stop.is_set():
+                try:
+                    ev = handle.events.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if isinstance(ev, LogLine):
+                    lines.append(ev.text)
+                    log.write(ev.text + "\n")
+                    if echo is not None:
+                        echo(ev.text)
+
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+        try:
+            yield Running(outcome=outcome, client=client, lines=lines)
+        finally:
+            stop.set()
+            t.join(2)
+
+
+def needs_gpu(m: Matrix, cell: Cell) -> bool:
+    return m.server.engine == "sglang" and m.server.command is None and cell.cuda != NONE
+
+
+class SmokeStage:
+    """``smoke``: one server start per cell, the selected checks against it, teardown always."""
+
+    name = "smoke"
+    requires: tuple[str, ...] = ("resolve", "precheck", "build", "import")
+    max_workers = 1  # one GPU job at a time; the server is started from this (main) thread
+
+    def __init__(self, checks: tuple[str, ...] | None = None, echo: Callable[[str], None] | None = None) -> None:
+        self.checks = checks
+        self.echo = echo
+
+    def selected(self, ctx: RunContext) -> tuple[str, ...]:
+        return self.checks if self.checks is not None else ctx.matrix.smoke.checks
+
+    def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
+        b = prior.stage("build")
+        facts = {k: ctx.host_facts.get(k) for k in ("gpus", "driver")}
+        from dataclasses import asdict
+
+        return {"checks": list(self.selected(ctx)), "suite": SUITE_VERSION, "build": b.inputs if b else None,
+                "model": asdict(ctx.matrix.model), "server": asdict(ctx.matrix.server),
+                "smoke": asdict(ctx.matrix.smoke), "facts": facts, "base_url": ctx.options.get("base_url")}  # fmt: skip
+
+    def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
+        return True
+
+    def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
+        m = ctx.matrix
+        if needs_gpu(m, cell) and not ctx.options.get("base_url") and not ctx.host_facts.get("gpus"):
+            return StageResult(name=self.name, status=Status.SKIP, reason=Reason.NO_GPU,
+                               message="no GPU on this machine: run the smoke stage on the GPU runner")  # fmt: skip
+        launch = plan_launch(ctx, cell, prior)
+        from envbuilder.checks import run_checks
+
+        with started(ctx, cell, launch, name="server", echo=self.echo) as srv:
+            outcome, client = srv.outcome, srv.client
+            details: dict[str, Any] = {"launch": outcome.to_json(), "command": launch.argv, "base_url": launch.base_url,
+                                       "log": str(ctx.workspace.logs(cell.id) / "server.log")}  # fmt: skip
+            if not outcome.ready:
+                return StageResult(name=self.name, status=outcome.status, reason=outcome.reason,
+                                   message=outcome.message, details=details)  # fmt: skip
+            phases = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.phases.items())
+            checks = self.selected(ctx)
+            if not checks:
+                return StageResult(name=self.name, status=Status.PASS,
+                                   message=f"ready in {outcome.ready_s:.1f} s ({phases}); no checks selected",
+                                   details=details)  # fmt: skip
+            return run_checks(ctx, cell, prior, client, checks, details, srv.lines)
+
+
+def parse_checks(text: str) -> tuple[str, ...]:
+    """``--checks all|none|golden,spec,...``."""
+    known = ("golden", "degeneracy", "spec", "speed", "long-context")
+    if text == "all":
+        return known
+    if text == "none":
+        return ()
+    out = tuple(c.strip() for c in text.split(",") if c.strip())
+    for c in out:
+        if c not in known:
+            from envbuilder.errors import did_you_mean
+
+            raise InputError("command line", "--checks", f"unknown check {c!r}{did_you_mean(c, known)}")
+    return out
