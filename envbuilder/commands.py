@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -15,6 +18,7 @@ from envbuilder.importcheck import ImportStage
 from envbuilder.pipeline import Stage, Workspace
 from envbuilder.precheck import PrecheckStage
 from envbuilder.resolve import ResolveStage
+from envbuilder.results import CellResult
 from envbuilder.smoke import SmokeStage, parse_checks
 
 
@@ -170,3 +174,216 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
 
 register("degeneracy", "judge generated texts: degenerate or ok, with the signals that fired",
          _configure_degeneracy, cmd_degeneracy)  # fmt: skip
+
+
+def _configure_report(p: argparse.ArgumentParser) -> None:
+    _add_cells(p)
+    p.add_argument("--format", choices=["table", "md", "html", "json", "junit"], default="table")
+    p.add_argument("--output", type=Path, help="write there instead of stdout")
+    p.add_argument("--all", action="store_true", help="write every format to <workdir>/reports/")
+
+
+def load_results(args: argparse.Namespace) -> list[CellResult]:
+    """The stored results of the selected cells (every stored result when the matrix is absent)."""
+    store = Workspace(args.workdir).results
+    if args.matrix.exists():
+        from envbuilder import matrix as matrix_mod
+
+        cells = matrix_mod.select(matrix_mod.load(args.matrix).cells(), args.cells)
+        return [r for r in (store.load(c.id) for c in cells) if r is not None]
+    return store.all()
+
+
+def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
+    from envbuilder import report
+    from envbuilder.cli import exit_code, results_table
+
+    results = load_results(args)
+    if args.all:
+        out_dir = Workspace(args.workdir).reports
+        for fmt in ("md", "html", "json", "junit"):
+            atomic.write_text(out_dir / f"envbuilder.{report.EXT[fmt]}", report.render(results, fmt))
+        ui.out.print(results_table(results, report.stage_columns(results)))
+        ui.err.print(f"reports written to {out_dir}/ (md, html, json, junit)")
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with Path(summary).open("a") as f:
+                f.write(report.to_markdown(results))
+    elif args.format == "table":
+        ui.out.print(results_table(results, report.stage_columns(results)))
+    else:
+        text = report.render(results, args.format)
+        if args.output:
+            atomic.write_text(args.output, text)
+        else:
+            sys.stdout.write(text)
+    return exit_code(results, list(report.STAGES))
+
+
+register("report", "the compatibility table: table, md, html, json or junit", _configure_report, cmd_report)
+
+
+def _one_cell(args: argparse.Namespace) -> tuple[Any, Any]:
+    from envbuilder import matrix as matrix_mod
+
+    m = matrix_mod.load(args.matrix)
+    cells = matrix_mod.select(m.cells(), [args.cell])
+    if len(cells) != 1:
+        raise errors.InputError("command line", args.cell, f"matches {len(cells)} cells; name exactly one")
+    return m, cells[0]
+
+
+def _configure_pin(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cell", nargs="?", help="the cell to pin (an id or filter matching one cell)")
+    p.add_argument("--force", action="store_true", help="pin a cell that did not pass every stage (recorded)")
+    p.add_argument("--check", action="store_true", help="exit 1 if the pin no longer matches a fresh as-of resolution")
+
+
+def cmd_pin(args: argparse.Namespace, ui: Ui) -> int:
+    from envbuilder import matrix as matrix_mod
+    from envbuilder import pin
+    from envbuilder.pipeline import RunContext
+
+    ws = Workspace(args.workdir)
+    if args.check:
+        prov = pin.read_provenance(ws)
+        m = matrix_mod.load(args.matrix)
+        ctx = RunContext(matrix=m, workspace=ws)
+        diff = pin.check_pin(ctx, pin.pinned_cell(m, prov))
+        if ui.json:
+            ui.print_json({"cell": prov["cell"], "matches": not diff, "diff": diff})
+        elif diff:
+            ui.out.print(f"the production pin ({prov['cell']}) no longer matches its as-of resolution:")
+            for d in diff:
+                ui.out.print(f"  {d['name']}: {d['old']} -> {d['new']}")
+        else:
+            ui.out.print(f"the production pin ({prov['cell']}) matches its as-of resolution")
+        return errors.EXIT_CELLS_FAILED if diff else errors.EXIT_OK
+    if not args.cell:
+        raise errors.InputError("command line", None, "name the cell to pin (or use --check)")
+    _m, cell = _one_cell(args)
+    result = ws.results.load(cell.id)
+    if result is None:
+        raise errors.InputError(str(ws.results.path(cell.id)), None, "no results: run the cell first")
+    prov = pin.write_pin(ws, cell, result, force=args.force)
+    if ui.json:
+        ui.print_json(prov)
+    else:
+        forced = " (forced: " + ", ".join(prov["not_passed"]) + ")" if prov["forced"] else ""
+        ui.out.print(f"pinned {prov['cell']} -> {pin.production_dir(ws)}/pylock.toml{forced}")
+    return errors.EXIT_OK
+
+
+def _configure_watch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true", help="only list the candidate releases")
+    p.add_argument("--pre", action="store_true", help="include pre-releases")
+    add_run_options(p)
+
+
+def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
+    from envbuilder import lock, pin, watch
+    from envbuilder import matrix as matrix_mod
+    from envbuilder.pipeline import RunContext, run_pipeline
+    from envbuilder.resolve import engine_package
+    from envbuilder.stages import all_stages
+
+    ws = Workspace(args.workdir)
+    prov = pin.read_provenance(ws)
+    m = matrix_mod.load(args.matrix)
+    pinned = pin.pinned_cell(m, prov)
+    package = engine_package(m, pinned)
+    cands = watch.candidates(m, ws, pinned, package, include_prereleases=args.pre)
+    if args.dry_run or not cands:
+        rows = [{"cell": c.id, package: dict(c.packages)[next(a for a, _ in c.packages if a.replace('_', '-') == package)],
+                 "uploaded": when} for c, when in cands]  # fmt: skip
+        if ui.json:
+            ui.print_json({"pinned": prov["cell"], "candidates": rows})
+        else:
+            ui.out.print(f"pinned: {prov['cell']}")
+            ui.out.print("\n".join(f"candidate: {r['cell']} (uploaded {r['uploaded']})" for r in rows) or "no newer release")
+        return errors.EXIT_OK
+    baseline = (prov.get("baseline") or {}).get("decode_tokens_per_s")
+    ctx = RunContext(matrix=m, workspace=ws, host_facts=_facts(args), options={**stage_options(args), "baseline_speed": baseline})
+    results = run_pipeline(ctx, [c for c, _ in cands], all_stages(args))
+    pinned_versions = lock.read(pin.production_dir(ws) / "pylock.toml").versions()
+    out: list[dict[str, Any]] = []
+    for r in results:
+        lp = ws.locks(r.id) / "pylock.toml"
+        diff = lock.diff(pinned_versions, lock.read(lp).versions()) if lp.exists() else []
+        safe, reasons = watch.verdict(r, diff)
+        out.append({"cell": r.id, "safe": safe, "reasons": reasons, "lock_diff": diff})
+    if ui.json:
+        ui.print_json({"pinned": prov["cell"], "releases": out})
+    else:
+        for o in out:
+            ui.out.print(f"{o['cell']}: {'safe to upgrade' if o['safe'] else 'NOT safe'}")
+            for why in o["reasons"]:
+                ui.out.print(f"  - {escape(why)}")
+            ui.out.print(f"  lock diff vs production: {len(o['lock_diff'])} package(s) differ")
+    return errors.EXIT_OK if all(o["safe"] for o in out) else errors.EXIT_CELLS_FAILED
+
+
+def _facts(args: argparse.Namespace) -> dict[str, object]:
+    from envbuilder.cli import _host_facts
+
+    return _host_facts(args)
+
+
+def _configure_ci_matrix(p: argparse.ArgumentParser) -> None:
+    _add_cells(p)
+    p.add_argument("--format", choices=["github"], default="github")
+    p.add_argument("--max-jobs", type=int, default=256, help="GitHub's limit of jobs per matrix")
+
+
+def cmd_ci_matrix(args: argparse.Namespace, ui: Ui) -> int:
+    """The cells as a GitHub Actions dynamic matrix ({"include": [...]}), chunked beyond --max-jobs."""
+    import json
+
+    from envbuilder import matrix as matrix_mod
+
+    cells = matrix_mod.select(matrix_mod.load(args.matrix).cells(), args.cells)
+    include = [{"cell": c.id, **c.axes} for c in cells]
+    chunks = [include[i:i + args.max_jobs] for i in range(0, len(include), args.max_jobs)] or [[]]
+    doc: dict[str, object] = {"include": chunks[0]} if len(chunks) == 1 else {"chunks": [{"include": ch} for ch in chunks]}
+    sys.stdout.write(json.dumps(doc) + "\n")
+    return errors.EXIT_OK
+
+
+def _configure_merge(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dirs", nargs="+", type=Path, help="folders (or files) of result JSON from CI jobs")
+
+
+def cmd_merge(args: argparse.Namespace, ui: Ui) -> int:
+    """Combine results of many jobs into this workdir; conflicting duplicates are an error."""
+    from envbuilder import report
+    from envbuilder.cli import exit_code, results_table
+    from envbuilder.results import load_result_file
+
+    seen: dict[str, tuple[Path, CellResult]] = {}
+    for d in args.dirs:
+        files = [d] if d.is_file() else sorted(d.rglob("*.json"))
+        if not d.exists():
+            raise errors.InputError(str(d), None, "does not exist")
+        for f in files:
+            r = load_result_file(f)
+            if r.id in seen:
+                prev_path, prev = seen[r.id]
+                if prev.to_json() != r.to_json():
+                    raise errors.InputError(str(f), r.id, f"conflicts with {prev_path} (same cell, different results)")
+                continue
+            seen[r.id] = (f, r)
+    store = Workspace(args.workdir).results
+    results = [r for _, r in seen.values()]
+    for r in results:
+        store.save(r)
+    if ui.json:
+        ui.print_json([r.to_json() for r in results])
+    else:
+        ui.out.print(results_table(results, report.stage_columns(results)))
+    return exit_code(results, list(report.STAGES))
+
+
+register("pin", "make a passing cell's lock the production pin (--check: does it still hold?)", _configure_pin, cmd_pin)
+register("watch", "is a newer SGLang release safe to upgrade to? (--dry-run lists candidates)", _configure_watch, cmd_watch)
+register("ci-matrix", "print the cells as a GitHub Actions dynamic matrix", _configure_ci_matrix, cmd_ci_matrix)
+register("merge", "combine result JSON from many CI jobs into one table", _configure_merge, cmd_merge)

@@ -9,6 +9,7 @@ lock's. The base image comes from the cell's ``cuda`` and ``os`` axes (``nvidia/
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tomllib
 from importlib import resources
@@ -51,16 +52,20 @@ def base_image(cell: Cell, override: str | None) -> str:
 def render(cell: Cell, lock_path: Path, out_dir: Path, *, base: str, buildkit: bool = False) -> tuple[str, str]:
     """Write the build context (Dockerfile, pylock.toml, uv) and return (Dockerfile text, content tag)."""
     lk = lock.read(lock_path)
+    ca = os.environ.get("SSL_CERT_FILE")
+    ca_bundle = bool(ca and Path(ca).is_file())
     env = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)  # a Dockerfile, not HTML
     text_wo_tag = env.from_string(_template_text()).render(
         cell_id=cell.id, version=__version__, base_image=base, python=cell.python, driver=cell.driver,
-        lock_sha256=lk.sha256, buildkit=buildkit, tag="{tag}")  # fmt: skip
+        lock_sha256=lk.sha256, buildkit=buildkit, tag="{tag}", ca_bundle=ca_bundle)  # fmt: skip
     digest = hashlib.sha256((text_wo_tag + lk.sha256).encode()).hexdigest()[:12]
     tag = f"envbuilder/{cell.id.lower()}:{digest}"
     text = text_wo_tag.replace("{tag}", tag)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out_dir / "Dockerfile", text)
     atomic.write_bytes(out_dir / "pylock.toml", lock_path.read_bytes())
+    if ca_bundle and ca:
+        atomic.write_bytes(out_dir / "ca-certificates.crt", Path(ca).read_bytes())
     from uv import find_uv_bin
 
     uv = out_dir / "uv"

@@ -45,9 +45,16 @@ print("ENVBUILDER-JSON " + json.dumps(out))
 """
 
 
-def modules_for(engine: str, locked: dict[str, str]) -> list[str]:
-    """The cell's key modules: the engine, torch, the engine's kernel package, flash-attn-4's cute."""
-    mods = ["sglang"] if engine == "sglang" else ["llama_cpp"]
+def modules_for(engine: str, locked: dict[str, str], axes: list[str] | None = None) -> list[str]:
+    """The cell's key modules: the engine, torch, the engine's kernel package, flash-attn-4's cute.
+
+    A lock without the engine (a plain package matrix) imports its package axes instead.
+    """
+    spec = engines.engine(engine)
+    if spec.package in locked:
+        mods = [spec.module.split(".")[0]]
+    else:
+        mods = [a.replace("-", "_") for a in (axes or []) if a in locked]
     if "torch" in locked:
         mods.append("torch")
     if "sgl-kernel" in locked or "sglang-kernel" in locked:
@@ -141,7 +148,7 @@ class ImportStage:
         locked = dict(resolve.details.get("packages", {})) if resolve else {}
         engine = ctx.matrix.server.engine
         spec = engines.engine(engine)
-        mods = modules_for(engine, locked)
+        mods = modules_for(engine, locked, list(cell.requirements()))
         code, out = run_in_env(build, ["-c", PROBE, *mods], timeout_s=600)
         line = next((ln for ln in out.splitlines() if ln.startswith(MARK)), None)
         if line is None:
@@ -156,6 +163,10 @@ class ImportStage:
             return StageResult(name=self.name, status=Status.FAIL, reason=hard[0][1], message=hard[0][2], details=details)
         if verdicts:  # only GPU-driver failures: the parser check needs the engine imported, so it is skipped too
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.NO_GPU, message=verdicts[0][2],
+                               details=details)  # fmt: skip
+        if spec.package not in locked:
+            return StageResult(name=self.name, status=Status.PASS,
+                               message=f"imports {', '.join(mods)}; no {spec.package} in the lock: no flag check",
                                details=details)  # fmt: skip
         hcode, help_text = run_in_env(build, ["-m", spec.module, "--help"], timeout_s=600)
         details["help_exit"] = hcode

@@ -1,0 +1,160 @@
+"""build + import against a real Docker engine (a local debootstrap base image) and real venvs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envbuilder import images, matrix
+from envbuilder.build import BuildStage
+from envbuilder.importcheck import ImportStage, check_flags, help_options
+from envbuilder.matrix import Cell
+from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.resolve import ResolveStage
+from envbuilder.results import CellResult, Reason, Status
+from tests.conftest import SHARED, write
+
+BASE_TAG = "envbuilder-test/debian12-python:1"
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _docker_ok() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def base_image() -> Iterator[str]:
+    if not _docker_ok():
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the Docker tests: .ci/run starts dockerd")
+        pytest.skip("no Docker engine here")
+    subprocess.run([str(SCRIPTS / "base-image.sh"), BASE_TAG], check=True, timeout=900)
+    yield BASE_TAG
+
+
+SMALL = """
+[matrix]
+six = ["1.16.0", "1.17.0"]
+cuda = ["none"]
+os = ["debian12"]
+python = ["3.11"]
+[server]
+engine = "llama-cpp"
+args = []
+[resolve]
+extra = ["packaging==24.2"]
+as_of = "fresh"
+[build]
+runner = "docker"
+base_image = "{base}"
+"""
+
+
+def _run(tmp_path: Path, text: str, stages: list[object], **options: object) -> list[CellResult]:
+    m = matrix.load(write(tmp_path / "matrix.toml", text))
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options=dict(options))
+    return run_pipeline(ctx, m.cells(), stages)  # type: ignore[arg-type]
+
+
+@pytest.mark.docker
+@pytest.mark.network
+def test_images_share_layers_skip_when_tagged_and_import_smoke(tmp_path: Path, base_image: str) -> None:
+    text = SMALL.format(base=base_image)
+    stages = [ResolveStage(), BuildStage(), ImportStage()]
+    first = {r.axes["six"]: r for r in _run(tmp_path, text, stages)}
+    a, b = first["1.16.0"], first["1.17.0"]
+    for r in (a, b):
+        assert r.stage("build").status is Status.PASS, r.stage("build")  # type: ignore[union-attr]
+        imp = r.stage("import")
+        assert imp is not None and imp.status is Status.PASS, imp
+        assert imp.details["probe"]["modules"]["six"]["version"] == r.axes["six"]
+    ba, bb = a.stage("build"), b.stage("build")
+    assert ba is not None and bb is not None
+    assert ba.details["image"].startswith("envbuilder/six-1.16.0_cpu_drv-host_debian12_py3.11:")
+    # the second cell shares every layer but the lock's: base, uv, Python and the venv come from the cache
+    assert bb.details["built"] and bb.details["cached_steps"] >= 4
+    import docker
+
+    client = docker.from_env()
+    la = client.images.get(ba.details["image"]).history()
+    lb = client.images.get(bb.details["image"]).history()
+    ids_a = [h["Id"] for h in la if h["Id"] != "<missing>"]
+    ids_b = [h["Id"] for h in lb if h["Id"] != "<missing>"]
+    assert set(ids_a) & set(ids_b)  # shared parent layers
+    labels = client.images.get(ba.details["image"]).labels
+    assert labels["envbuilder.cell"] == a.id and len(labels["envbuilder.lock-sha256"]) == 64
+    dockerfile = Path(ba.details["dockerfile"]).read_text()
+    assert f"FROM {base_image}" in dockerfile and "uv pip sync" in dockerfile
+    # an unchanged cell is not rebuilt: its tag exists
+    again = {r.axes["six"]: r for r in _run(tmp_path, text, stages, base_image=base_image)}
+    assert again["1.16.0"].stage("build").details["built"] is False  # type: ignore[union-attr]
+
+
+@pytest.mark.docker
+def test_no_docker_engine_is_error_not_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    from envbuilder.errors import StageFailure
+
+    with pytest.raises(StageFailure) as e:
+        images.docker_client()
+    assert e.value.status is Status.ERROR and e.value.reason is Reason.DOCKER_UNAVAILABLE
+
+
+def test_base_image_table_and_driver_bake(tmp_path: Path) -> None:
+    cell = Cell(packages=(("sglang", "0.5.11"),), cuda="13.0", driver="580.126.09", os="ubuntu24.04", python="3.12")
+    assert images.base_image(cell, None) == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
+    c128 = Cell(packages=(), cuda="12.8", driver="host", os="ubuntu22.04", python="3.12")
+    assert images.base_image(c128, None) == "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
+    assert images.base_image(c128, "my/base:1") == "my/base:1"
+    lock_path = write(tmp_path / "pylock.toml", 'lock-version = "1.0"\ncreated-by = "test"\n')
+    text, tag = images.render(cell, lock_path, tmp_path / "ctx", base="nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04")
+    assert "NVIDIA-Linux-x86_64-580.126.09.run" in text and "--no-kernel-module" in text
+    assert tag.startswith("envbuilder/sglang-0.5.11_cu13.0_drv-580.126.09_ubuntu24.04_py3.12:")
+    host = Cell(packages=(("sglang", "0.5.11"),), cuda="13.0", driver="host", os="ubuntu24.04", python="3.12")
+    text2, tag2 = images.render(host, lock_path, tmp_path / "ctx2", base="b")
+    assert "NVIDIA-Linux" not in text2 and tag2 != tag
+    assert (tmp_path / "ctx2/uv").stat().st_size > 1_000_000 and (tmp_path / "ctx2/Dockerfile").exists()
+
+
+def test_flag_check_with_recorded_0_5_11_help() -> None:
+    options = help_options((SHARED / "sglang-runs/0.5.11-h200/launch_server_help.txt").read_text())
+    production = list(matrix.PRODUCTION_SGLANG_ARGS)
+    problems, notes = check_flags(production, options)
+    assert problems == [] and notes == []
+    problems, notes = check_flags(["--speculative-algo", "NEXTN", "--cuda-graph-max-bs", "8"], options)
+    assert problems == [] and notes == ["--speculative-algo is accepted as an abbreviation of --speculative-algorithm"]
+    problems, _ = check_flags(["--speculative", "x", "--no-such-flag"], options)
+    assert problems[0].startswith("--speculative is ambiguous: it could be --speculative-")
+    assert problems[1].startswith("--no-such-flag does not exist")
+    # 0.5.23 removed --cuda-graph-max-bs: what remains are longer flags it prefixes, so argparse calls it ambiguous
+    without = {o for o in options if o != "--cuda-graph-max-bs"} | {"--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"}
+    problems, _ = check_flags(["--cuda-graph-max-bs", "8"], without)
+    assert problems == ["--cuda-graph-max-bs is ambiguous: it could be --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"]
+
+
+@pytest.mark.network
+def test_venv_runner_builds_and_import_smokes(tmp_path: Path) -> None:
+    text = SMALL.format(base="unused").replace('runner = "docker"', 'runner = "venv"').replace('"1.16.0", ', "")
+    (r,) = _run(tmp_path, text, [ResolveStage(), BuildStage(), ImportStage()])
+    b, i = r.stage("build"), r.stage("import")
+    assert b is not None and b.status is Status.PASS and Path(b.details["python"]).exists()
+    assert i is not None and i.status is Status.PASS and i.details["probe"]["modules"]["six"]["version"] == "1.17.0"
+    assert not list((tmp_path / "wd/venvs").glob("*.partial"))
+
+
+@pytest.mark.network
+def test_venv_for_missing_python_is_skip(tmp_path: Path) -> None:
+    text = SMALL.format(base="unused").replace('runner = "docker"', 'runner = "venv"').replace('python = ["3.11"]', 'python = ["3.99"]').replace('"1.16.0", ', "")
+    (r,) = _run(tmp_path, text, [ResolveStage(), BuildStage()])
+    b = r.stage("build")
+    assert b is not None and b.status is Status.SKIP and "Python 3.99 is not installed" in b.message
