@@ -11,7 +11,7 @@ import pytest
 
 from envbuilder import report
 from envbuilder.results import CellResult, Reason, ResultStore, StageResult, Status
-from tests.conftest import ROOT, envbuilder, write
+from tests.conftest import envbuilder, write
 
 EVIL = "<script>alert('x')</script>"
 
