@@ -18,20 +18,20 @@ from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext
 from envbuilder.results import CellResult, Reason, StageResult, Status
-
-
-def uv_bin() -> str:
-    from uv import find_uv_bin
-
-    return find_uv_bin()
+from envbuilder.uvbin import uv_bin
 
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, timeout_s: float = 3600) -> dict[str, Any]:
-    """Create ``venv`` for the cell's Python and sync it to the lock; raises StageFailure when it cannot."""
+def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_args: list[str] | None = None,
+               timeout_s: float = 3600) -> dict[str, Any]:  # fmt: skip
+    """Create ``venv`` for the cell's Python and sync it to the lock; raises StageFailure when it cannot.
+
+    The lock is installed as pinned, hash-checked requirements from the indexes it was resolved
+    against (exactly its artifacts, no resolver), so uv's cache of built wheels is reused.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = venv.with_name(venv.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -43,7 +43,10 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, timeout_
             raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE,
                                f"Python {cell.python} is not installed on this machine (the venv runner needs it; "
                                f"use the docker runner or a machine with Python {cell.python})")  # fmt: skip
-        sync = subprocess.run([uv_bin(), "pip", "sync", "--python", str(venv_python(tmp)), str(lock_path)],
+        reqs = tmp / "envbuilder-lock.txt"
+        reqs.write_text(lock.requirements_with_hashes(lock.read(lock_path)))
+        sync = subprocess.run([uv_bin(), "pip", "sync", "--require-hashes", "--python", str(venv_python(tmp)),
+                               *(index_args or []), str(reqs)],
                               stdout=log, stderr=subprocess.STDOUT, check=False, timeout=timeout_s,
                               env={**os.environ})  # fmt: skip
     if sync.returncode != 0:
@@ -101,7 +104,10 @@ class BuildStage:
             raise StageFailure(Status.ERROR, Reason.PREREQUISITE_FAILED, f"no lock at {lock_path}: run resolve first")
         runner = self._runner(ctx)
         if runner == "venv":
-            details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log")
+            resolved = prior.stage("resolve")
+            index_args = list(resolved.details.get("index_args", [])) if resolved else []
+            details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
+                                 index_args)  # fmt: skip
             n = len(lock.read(lock_path).packages)
             return StageResult(name=self.name, status=Status.PASS,
                                message=f"venv with {n} packages at {details['venv']}", details={**details, "runner": "venv"})  # fmt: skip

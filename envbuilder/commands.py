@@ -99,8 +99,15 @@ def _configure_smoke(p: argparse.ArgumentParser) -> None:
 def cmd_smoke(args: argparse.Namespace, ui: Ui) -> int:
     checks = parse_checks(args.checks) if args.checks else None
     echo = (lambda line: ui.err.print(escape(line), style="dim", soft_wrap=True)) if args.verbose else None
-    stages: list[Stage] = [ResolveStage(), PrecheckStage(), BuildStage(runner=args.runner), ImportStage(),
-                           SmokeStage(checks=checks, echo=echo)]  # fmt: skip
+    from envbuilder import matrix as matrix_mod
+
+    m = matrix_mod.load(args.matrix)
+    if m.server.command is not None or args.base_url or m.server.base_url:
+        # the server is started by a custom command or already runs: no environment to resolve or build
+        stages: list[Stage] = [PrecheckStage(), SmokeStage(checks=checks, echo=echo)]
+    else:
+        stages = [ResolveStage(), PrecheckStage(), BuildStage(runner=args.runner), ImportStage(),
+                  SmokeStage(checks=checks, echo=echo)]  # fmt: skip
     from envbuilder.runners import gc
 
     gc(Workspace(args.workdir).root / "run")  # servers a killed run left behind
@@ -387,3 +394,33 @@ register("pin", "make a passing cell's lock the production pin (--check: does it
 register("watch", "is a newer SGLang release safe to upgrade to? (--dry-run lists candidates)", _configure_watch, cmd_watch)
 register("ci-matrix", "print the cells as a GitHub Actions dynamic matrix", _configure_ci_matrix, cmd_ci_matrix)
 register("merge", "combine result JSON from many CI jobs into one table", _configure_merge, cmd_merge)
+
+
+def _configure_wheelhouse(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cell", help="the cell (an id or a filter matching one cell)")
+    p.add_argument("dir", type=Path, help="where the wheels go")
+    p.add_argument("--exclude-from", type=Path, help="a `pip freeze` of the target: packages it has are left out")
+    p.add_argument("--lock", type=Path, help="use this pylock.toml instead of the cell's (e.g. its fresh lock)")
+
+
+def cmd_wheelhouse(args: argparse.Namespace, ui: Ui) -> int:
+    from envbuilder import wheelhouse
+
+    _m, cell = _one_cell(args)
+    lock_path = args.lock or Workspace(args.workdir).locks(cell.id) / "pylock.toml"
+    if not lock_path.exists():
+        raise errors.InputError(str(lock_path), None, "no lock: run `envbuilder resolve` first")
+    exclude = wheelhouse.read_freeze(args.exclude_from) if args.exclude_from else None
+    got = wheelhouse.fetch(lock_path, args.dir, exclude=exclude, python=cell.python,
+                           progress=lambda name, size: ui.err.print(f"  {name} ({size / 2**20:.1f} MiB)"))  # fmt: skip
+    summary = {"dir": str(args.dir), "files": len(got.files), "bytes": got.bytes, "skipped": got.skipped}
+    if ui.json:
+        ui.print_json(summary)
+    else:
+        ui.out.print(f"{len(got.files)} files, {got.bytes / 2**20:.1f} MiB in {args.dir}; "
+                     f"{len(got.skipped)} left out (already in the freeze)")  # fmt: skip
+    return errors.EXIT_OK
+
+
+register("wheelhouse", "download a cell's locked wheels (hash-checked) for an air-gapped runner",
+         _configure_wheelhouse, cmd_wheelhouse)  # fmt: skip

@@ -23,6 +23,7 @@ from envbuilder.errors import StageFailure
 from envbuilder.matrix import NONE, Cell
 from envbuilder.pipeline import RunContext
 from envbuilder.results import Reason, StageResult, Status
+from envbuilder.uvbin import uv_bin
 
 TEMPLATE = "cell.Dockerfile.j2"
 
@@ -66,11 +67,9 @@ def render(cell: Cell, lock_path: Path, out_dir: Path, *, base: str, buildkit: b
     atomic.write_bytes(out_dir / "pylock.toml", lock_path.read_bytes())
     if ca_bundle and ca:
         atomic.write_bytes(out_dir / "ca-certificates.crt", Path(ca).read_bytes())
-    from uv import find_uv_bin
-
     uv = out_dir / "uv"
-    if not uv.exists() or uv.stat().st_size != Path(find_uv_bin()).stat().st_size:
-        shutil.copy2(find_uv_bin(), uv)
+    if not uv.exists() or uv.stat().st_size != Path(uv_bin()).stat().st_size:
+        shutil.copy2(uv_bin(), uv)
     return text, tag
 
 

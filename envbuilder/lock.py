@@ -125,3 +125,16 @@ def diff(old: dict[str, str], new: dict[str, str]) -> list[dict[str, str | None]
         if old.get(name) != new.get(name):
             out.append({"name": name, "old": old.get(name), "new": new.get(name)})
     return out
+
+
+def requirements_with_hashes(lk: Lock) -> str:
+    """The lock as pinned requirements with every artifact's sha256 (``uv pip sync --require-hashes``).
+
+    Installing by name and hash fetches exactly the lock's artifacts and, unlike a pylock install, lets
+    uv reuse wheels it built before (a source-only package is compiled once, not per venv).
+    """
+    lines = []
+    for p in sorted(lk.packages.values(), key=lambda p: p.name):
+        hashes = [w.sha256 for w in p.wheels if w.sha256] + ([p.sdist.sha256] if p.sdist and p.sdist.sha256 else [])
+        lines.append(f"{p.name}=={p.version}" + "".join(f" --hash=sha256:{h}" for h in hashes))
+    return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from envbuilder.index import IndexUnreachable, ProjectNotFound, SimpleIndex
 from envbuilder.matrix import NONE, RESOLVER, Cell, Matrix, parse_as_of
 from envbuilder.pipeline import RunContext, default_jobs
 from envbuilder.results import CellResult, Reason, StageResult, Status
+from envbuilder.uvbin import uv_bin
 
 ENGINE_PACKAGES = {"sglang": "sglang", "llama-cpp": "llama-cpp-python"}
 KEY_PACKAGES = (
@@ -57,16 +58,9 @@ class Request:
     extra_indexes: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
 
-    def argv(self, out: Path, req_file: Path, constraints_file: Path | None) -> list[str]:
-        from uv import find_uv_bin  # imported here: runners without uv can still run the other commands
-
-        a = [find_uv_bin(), "pip", "compile", str(req_file), "--format", "pylock.toml", "--no-header",
-             "--python-version", self.python, "--python-platform", self.platform, "--no-python-downloads",
-             "-o", str(out)]  # fmt: skip
-        if constraints_file is not None:
-            a += ["-c", str(constraints_file)]
-        if self.exclude_newer:
-            a += ["--exclude-newer", self.exclude_newer]
+    def index_args(self) -> list[str]:
+        """Where packages come from, as uv options (also used to install the lock)."""
+        a: list[str] = []
         if self.indexes:
             a += ["--index-url", self.indexes[0]]
             for extra in self.indexes[1:]:
@@ -78,6 +72,16 @@ class Request:
         for fl in self.find_links:
             a += ["--find-links", fl]
         return a
+
+    def argv(self, out: Path, req_file: Path, constraints_file: Path | None) -> list[str]:
+        a = [uv_bin(), "pip", "compile", str(req_file), "--format", "pylock.toml", "--no-header",
+             "--python-version", self.python, "--python-platform", self.platform, "--no-python-downloads",
+             "-o", str(out)]  # fmt: skip
+        if constraints_file is not None:
+            a += ["-c", str(constraints_file)]
+        if self.exclude_newer:
+            a += ["--exclude-newer", self.exclude_newer]
+        return a + self.index_args()
 
 
 def build_request(m: Matrix, cell: Cell, exclude_newer: datetime.datetime | None) -> Request:
@@ -290,6 +294,7 @@ class ResolveStage:
                                    self._details(cell, res, how, when, notes))  # fmt: skip
         assert res.lock is not None
         details = self._details(cell, res, how, when, notes)
+        details["index_args"] = req.index_args()
         if self.drift and when is not None:
             details["drift"] = self._drift(ctx, cell, req, res.lock)
         atomic.write_text(ctx.workspace.locks(cell.id) / "requirements.in", "\n".join(req.requirements) + "\n")

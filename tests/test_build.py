@@ -60,6 +60,24 @@ base_image = "{base}"
 """
 
 
+@pytest.fixture
+def fresh_images(base_image: str) -> Iterator[str]:
+    """Remove this test's images before and after, so a previous run's tags do not count as cache hits."""
+    import docker
+
+    client = docker.from_env()
+
+    def purge() -> None:
+        for img in client.images.list(name="envbuilder/six-*"):
+            for tag in img.tags:
+                client.images.remove(tag, force=True)
+
+    purge()
+    yield base_image
+    purge()
+    client.close()
+
+
 def _run(tmp_path: Path, text: str, stages: list[object], **options: object) -> list[CellResult]:
     m = matrix.load(write(tmp_path / "matrix.toml", text))
     ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options=dict(options))
@@ -68,7 +86,8 @@ def _run(tmp_path: Path, text: str, stages: list[object], **options: object) -> 
 
 @pytest.mark.docker
 @pytest.mark.network
-def test_images_share_layers_skip_when_tagged_and_import_smoke(tmp_path: Path, base_image: str) -> None:
+def test_images_share_layers_skip_when_tagged_and_import_smoke(tmp_path: Path, fresh_images: str) -> None:
+    base_image = fresh_images
     text = SMALL.format(base=base_image)
     stages = [ResolveStage(), BuildStage(), ImportStage()]
     first = {r.axes["six"]: r for r in _run(tmp_path, text, stages)}

@@ -28,6 +28,10 @@ SPEC_FLAGS = {
 }  # fmt: skip
 
 
+_PRIORITY = [Reason.DEGENERATE, Reason.SPEC_LOSSY, Reason.GOLDEN_MISMATCH, Reason.LONG_CONTEXT_MISS,
+             Reason.SPEC_LOW_ACCEPTANCE, Reason.PERF_REGRESSION]  # fmt: skip
+
+
 @dataclass
 class Collected:
     """Texts generated during the run; the degeneracy check judges all of them."""
@@ -276,7 +280,8 @@ def run_checks(ctx: RunContext, cell: Cell, prior: CellResult, client: EngineCli
         r = StageResult(name=r.name, status=r.status, reason=r.reason, message=r.message,
                         duration_s=time.monotonic() - t, details=r.details)  # fmt: skip
         results.append(r)
-    worst = max(results, key=lambda s: s.status.rank)
+    # among failures, the most fundamental diagnosis names the stage: degenerate text explains missed goldens
+    worst = max(results, key=lambda s: (s.status.rank, -_PRIORITY.index(s.reason) if s.reason in _PRIORITY else -99))
     launch = details.get("launch", {})
     summary = "; ".join(f"{r.name.split('.', 1)[1]}: {r.message}" for r in results)
     status = worst.status if worst.status is not Status.SKIP or all(r.status is Status.SKIP for r in results) else Status.PASS

