@@ -17,6 +17,7 @@ def matrix(session: nox.Session) -> None:
     """Every stage for every cell of ./matrix.toml, then the reports. `nox -s matrix -- ARGS` passes ARGS on."""
     session.install(".")
     session.run("envbuilder", "run", *session.posargs, success_codes=[0, 1])
+    session.run("envbuilder", "report", "--all", success_codes=[0, 1])
 
 
 @nox.session

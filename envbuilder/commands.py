@@ -18,7 +18,7 @@ from envbuilder.importcheck import ImportStage
 from envbuilder.pipeline import Stage, Workspace
 from envbuilder.precheck import PrecheckStage
 from envbuilder.resolve import ResolveStage
-from envbuilder.results import CellResult
+from envbuilder.results import CellResult, Status
 from envbuilder.smoke import SmokeStage, parse_checks
 
 
@@ -424,3 +424,43 @@ def cmd_wheelhouse(args: argparse.Namespace, ui: Ui) -> int:
 
 register("wheelhouse", "download a cell's locked wheels (hash-checked) for an air-gapped runner",
          _configure_wheelhouse, cmd_wheelhouse)  # fmt: skip
+
+
+def _configure_launch_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cell", help="the cell (an id or a filter matching one cell)")
+    p.add_argument("--python", help="run in this interpreter instead of the cell's venv (e.g. a runner's python3)")
+
+
+def cmd_launch_check(args: argparse.Namespace, ui: Ui) -> int:
+    """SGLang's own argument checks for the cell's launch, against the model's config.json, no GPU needed."""
+    import shlex
+
+    from envbuilder import launchcheck, model
+
+    m, cell = _one_cell(args)
+    config = model.find_config(m.model, args.matrix.parent)
+    if config is None:
+        raise errors.InputError(str(args.matrix), "[model]", "no config.json found: set [model] config or a local path")
+    if args.python:
+        python = shlex.split(args.python)
+    else:
+        r = Workspace(args.workdir).results.load(cell.id)
+        build = r.stage("build") if r else None
+        if build is None or build.details.get("runner") != "venv":
+            raise errors.InputError("command line", "--python", "no venv for this cell: build it or pass --python")
+        python = [str(build.details["python"])]
+    launch_args = list(m.server.args)
+    if m.model.context_length:
+        launch_args = ["--context-length", str(m.model.context_length), *launch_args]
+    verdict, probe = launchcheck.run(python, config, launch_args, env={**os.environ, **m.server.env})
+    if ui.json:
+        ui.print_json({"cell": cell.id, **verdict.to_json(), "log": probe.get("log", "")[-2000:]})
+    else:
+        ui.out.print(f"{cell.id}: {verdict.status.value} {verdict.reason.value} — {escape(verdict.message)}")
+        for n in verdict.notes:
+            ui.out.print(f"  note: {escape(n)}")
+    return errors.EXIT_OK if verdict.status in (Status.PASS, Status.SKIP) else errors.EXIT_CELLS_FAILED
+
+
+register("launch-check", "SGLang's own argument checks against the model's config.json (no GPU, no weights)",
+         _configure_launch_check, cmd_launch_check)  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tomllib
 from importlib import resources
@@ -113,6 +114,10 @@ def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[
                 log.write(f"ERROR: {last_error}\n")
             log.flush()
     if last_error:
+        if re.search(r"pull access denied|manifest unknown|not found: manifest|dial tcp|TLS handshake|"
+                     r"failed to fetch|Could not resolve|Temporary failure resolving|i/o timeout", last_error, re.I):
+            raise StageFailure(Status.ERROR, Reason.NETWORK,
+                               f"docker build could not fetch: {last_error[-300:]} (log: {log_path})")  # fmt: skip
         raise StageFailure(Status.FAIL, Reason.BUILD_FAILED, f"docker build failed: {last_error[-300:]} (log: {log_path})")
     return {"image": tag, "built": True, "steps": steps, "cached_steps": cached}
 

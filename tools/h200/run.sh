@@ -25,6 +25,34 @@ PY
   python3 -c "import sglang, kernels, transformers; print('sglang', sglang.__version__, 'kernels', kernels.__version__, 'transformers', transformers.__version__)"
   exit 0
 fi
+if [ "${1:-}" = launch ]; then
+  # configs only (no weights): the tiny Qwen3-Next of ../shared/sglang-runs/0.5.11-h200-qwen3next/make_tiny_model.py
+  python3 - <<'PY' || exit 6
+import json, os
+from transformers import Qwen3NextConfig
+cfg = Qwen3NextConfig(vocab_size=49152, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
+  num_attention_heads=4, num_key_value_heads=2, head_dim=64, linear_num_value_heads=4, linear_num_key_heads=2,
+  linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4, full_attention_interval=4,
+  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, shared_expert_intermediate_size=256,
+  decoder_sparse_step=1, max_position_embeddings=131072, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+cfg.architectures = ["Qwen3NextForCausalLM"]
+cfg.save_pretrained("/models/tiny-qwen3next")
+c = json.load(open("/models/tiny-qwen3next/config.json")); c["full_attention_interval"] = 4
+json.dump(c, open("/models/tiny-qwen3next/config.json", "w"), indent=1)
+os.makedirs("/models/smollm2-config", exist_ok=True)
+import shutil; shutil.copy("tests/fixtures/models/smollm2-135m/config.json", "/models/smollm2-config/config.json")
+PY
+  mkdir -p /tmp/reports/launch-check
+  shift
+  for name in "$@"; do
+    python3 -m envbuilder --matrix tools/h200/launch-$name.toml --json launch-check sglang-0.5.11 --python python3 \
+      > /tmp/reports/launch-check/$name.json 2> /tmp/reports/launch-check/$name.err
+    echo "$name: exit $?"; head -c 600 /tmp/reports/launch-check/$name.json; echo
+    cp tools/h200/launch-$name.toml /tmp/reports/launch-check/$name.toml
+  done
+  tar -C /tmp/reports -czf "$OUT/launch-check.tgz" launch-check
+  exit 0
+fi
 mkdir -p /tmp/reports
 for name in "$@"; do
   wd=/tmp/reports/$name
