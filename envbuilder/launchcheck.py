@@ -27,8 +27,9 @@ CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer.json", "toke
                 "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model")  # fmt: skip
 
 PROBE = r"""
-import dataclasses, io, json, logging, sys, traceback
+import contextlib, dataclasses, io, json, logging, sys, traceback
 buf = io.StringIO()
+err = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=buf, force=True)
 argv = json.loads(sys.argv[1])
 out = {}
@@ -37,7 +38,8 @@ try:
     from sglang.srt.server_args import ServerArgs, prepare_server_args
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
-    requested = vars(parser.parse_args(argv))
+    with contextlib.redirect_stderr(err):
+        requested = vars(parser.parse_args(argv))
     sa = prepare_server_args(argv)
     final = {f.name: getattr(sa, f.name) for f in dataclasses.fields(sa)}
     def plain(v):
@@ -46,7 +48,9 @@ try:
                if k in requested and plain(requested[k]) != plain(v)}
     out = {"ok": True, "changed": changed}
 except BaseException as e:
-    out = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
+    said = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
+    msg = said[-1].split("error: ", 1)[-1] if isinstance(e, SystemExit) and said else f"{type(e).__name__}: {e}"
+    out = {"ok": False, "error": msg, "traceback": traceback.format_exc()[-4000:]}
 out["log"] = buf.getvalue()[-6000:]
 print("ENVBUILDER-LAUNCH " + json.dumps(out))
 """
