@@ -116,6 +116,8 @@ def interpret(probe: dict[str, Any]) -> LaunchCheck:
         if NEEDS_GPU.search(err) or NEEDS_GPU.search(tb[-600:]):
             return LaunchCheck(status=Status.SKIP, reason=Reason.NO_GPU,
                                message=f"SGLang's argument code needs a GPU to decide: {err[:300]}")  # fmt: skip
+        if err.startswith(("argument --", "unrecognized arguments", "ambiguous option")):  # argparse's own refusal
+            return LaunchCheck(status=Status.FAIL, reason=Reason.BAD_FLAG, message=err[:600])
         fixes = suggest(err)
         msg = err[:600] + (f" — fix: {' or '.join(fixes)}" if fixes else "")
         return LaunchCheck(status=Status.FAIL, reason=Reason.BAD_CONFIG, message=msg, fixes=fixes)
