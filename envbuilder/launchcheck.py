@@ -99,6 +99,8 @@ def suggest(message: str) -> list[str]:
     for pattern, fixes in FIX_HINTS:
         if pattern.search(message):
             out += fixes
+    if out:  # a known message: its fixes are the data's, not every flag the message mentions
+        return out
     for flag in re.findall(r"(--[a-z0-9][a-z0-9-]+(?: [a-z_0-9]+)?)", message):
         if not any(flag in f for f in out):
             out.append(flag)
