@@ -195,7 +195,7 @@ def cmd_run(args: argparse.Namespace, ui: Ui) -> int:
 def stage_options(args: argparse.Namespace) -> dict[str, Any]:
     """Per-run options the stages read from ``RunContext.options``."""
     opts: dict[str, Any] = {}
-    for name in ("base_image", "base_url", "startup_timeout_s", "stall_timeout_s"):
+    for name in ("base_image", "base_url", "startup_timeout_s", "stall_timeout_s", "no_cache"):
         value = getattr(args, name, None)
         if value is not None:
             opts[name] = value
@@ -209,6 +209,7 @@ def add_run_options(p: argparse.ArgumentParser, *, smoke: bool = True) -> None:
     p.add_argument("--force-stage", action="append", metavar="STAGE", help="re-run this stage (repeatable)")
     p.add_argument("--runner", choices=["docker", "venv"], help="override [build] runner")
     p.add_argument("--base-image", help="override [build] base_image")
+    p.add_argument("--no-cache", action="store_true", default=None, help="build images without Docker's layer cache")
     if smoke:
         p.add_argument("--checks", help="smoke checks: all (default), none, or a list: golden,degeneracy,spec,speed,"
                                         "long-context")  # fmt: skip

@@ -87,7 +87,8 @@ def docker_client() -> Any:
                            f"no Docker engine: {str(e).splitlines()[0][:200]}") from None  # fmt: skip
 
 
-def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[str, str]) -> dict[str, Any]:
+def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[str, str],
+          nocache: bool = False) -> dict[str, Any]:  # fmt: skip
     """Build ``context`` into ``tag`` through the SDK, streaming the log; returns what it did."""
     import docker
 
@@ -101,7 +102,7 @@ def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[
     last_error = None
     with log_path.open("w") as log:
         for chunk in client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True,
-                                      network_mode="host", labels=labels, pull=False):  # fmt: skip
+                                      network_mode="host", labels=labels, pull=False, nocache=nocache):  # fmt: skip
             if "stream" in chunk:
                 s = chunk["stream"]
                 log.write(s)
@@ -132,7 +133,8 @@ def build_image_stage(ctx: RunContext, cell: Cell, lock_path: Path) -> StageResu
         lk = lock.read(lock_path)
         info = build(client, ctx.workspace.images(cell.id), tag, ctx.workspace.logs(cell.id) / "build.log",
                      labels={"envbuilder.cell": cell.id, "envbuilder.lock-sha256": lk.sha256,
-                             "envbuilder.version": __version__})  # fmt: skip
+                             "envbuilder.version": __version__},
+                     nocache=bool(ctx.options.get("no_cache")))  # fmt: skip
         image = client.images.get(tag)
         info["image_id"] = image.id
     finally:

@@ -1,0 +1,190 @@
+"""envbuilder's benchmarks (`nox -s bench`, or `python -m benchmarks [NAME...]`). Speed goals are measured
+here and reported as ratios within the same run, never asserted in tests.
+
+  resolve     one cell cold, nine cells cold in parallel, nine cells warm (goals: 9 cold <= 2x 1 cold; 9 warm <= 3 s)
+  build       first and second Docker image of two cells sharing a base (goal: second <= 1/5 of first);
+              a venv import smoke from a warm uv cache
+  monitor     reaction time from a recorded SGLang exit / ready line to the monitor's decision (goal <= 0.5 s)
+  rerun       an unchanged re-run of a resolved matrix: seconds and engine starts (goal <= 5 s, 0 starts)
+  degeneracy  precision / recall of the degenerate-output detector on its calibration set
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+NINE = """
+[matrix]
+sglang = ["0.5.9", "0.5.10", "0.5.11"]
+cuda = ["12.8"]
+os = ["ubuntu24.04"]
+python = ["3.10", "3.11", "3.12"]
+[[matrix.exclude]]
+sglang = "0.5.11"
+[[matrix.include]]
+sglang = "0.5.11"
+cuda = "13.0"
+os = "ubuntu24.04"
+python = "3.10"
+[[matrix.include]]
+sglang = "0.5.11"
+cuda = "13.0"
+os = "ubuntu24.04"
+python = "3.11"
+[[matrix.include]]
+sglang = "0.5.11"
+cuda = "13.0"
+os = "ubuntu24.04"
+python = "3.12"
+"""
+
+
+def envbuilder(*args: str, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "envbuilder", *args], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, check=False)  # fmt: skip
+    return time.monotonic() - t, p
+
+
+def bench_resolve() -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        m9 = Path(d) / "nine.toml"
+        m9.write_text(NINE)
+        m1 = Path(d) / "one.toml"
+        m1.write_text('[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n')
+        one, p1 = envbuilder("--matrix", str(m1), "--workdir", f"{d}/w1", "resolve", env={"UV_CACHE_DIR": f"{d}/c1"})
+        nine, p9 = envbuilder("--matrix", str(m9), "--workdir", f"{d}/w9", "resolve", env={"UV_CACHE_DIR": f"{d}/c9"})
+        warm, pw = envbuilder("--matrix", str(m9), "--workdir", f"{d}/w9", "resolve", env={"UV_CACHE_DIR": f"{d}/c9"})
+        forced, pf = envbuilder("--matrix", str(m9), "--workdir", f"{d}/w9", "resolve", "--force",
+                                env={"UV_CACHE_DIR": f"{d}/c9"})  # fmt: skip
+    for p in (p1, p9, pw, pf):
+        assert p.returncode == 0, p.stderr[-2000:]
+    return {"one_cold_s": one, "nine_cold_parallel_s": nine, "nine_warm_s": warm,
+            "nine_warm_uv_cache_forced_s": forced, "ratio_nine_cold_to_one_cold": nine / one}  # fmt: skip
+
+
+def bench_build() -> dict[str, float]:
+    import docker
+
+    client = docker.from_env()
+    for img in client.images.list(name="envbuilder/bench-*"):
+        for tag in img.tags:
+            client.images.remove(tag, force=True)
+    subprocess.run([str(ROOT / "tests/scripts/base-image.sh")], check=True)
+    text = ('[matrix]\nbench_six = ["0"]\nsix = ["1.16.0", "1.17.0"]\ncuda = ["none"]\nos = ["debian12"]\npython = ["3.11"]\n'
+            '[server]\nengine = "llama-cpp"\nargs = []\n[resolve]\nextra = ["packaging==24.2"]\nas_of = "fresh"\n'
+            '[build]\nrunner = "docker"\nbase_image = "envbuilder-test/debian12-python:1"\n')  # fmt: skip
+    text = text.replace('bench_six = ["0"]\n', "")
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as d:
+        m = Path(d) / "m.toml"
+        m.write_text(text)
+        envbuilder("--matrix", str(m), "--workdir", d, "resolve")
+        # a unique first layer per run so neither image is a cache hit of an earlier run
+        for img in client.images.list(name="envbuilder/six-*"):
+            for tag in img.tags:
+                client.images.remove(tag, force=True)
+        first, p1 = envbuilder("--matrix", str(m), "--workdir", d, "build", "six=1.16.0", "--force-stage", "build",
+                               "--no-cache")  # fmt: skip
+        second, p2 = envbuilder("--matrix", str(m), "--workdir", d, "build", "six=1.17.0", "--force-stage", "build")
+        assert p1.returncode == 0 and p2.returncode == 0, (p1.stderr[-1500:], p2.stderr[-1500:])
+        vm = Path(d) / "v.toml"
+        vm.write_text(text.replace('runner = "docker"', 'runner = "venv"'))
+        envbuilder("--matrix", str(vm), "--workdir", f"{d}/v", "build", "six=1.17.0")  # warms uv's cache
+        venv_warm, pv = envbuilder("--matrix", str(vm), "--workdir", f"{d}/v2", "build", "six=1.17.0")
+        assert pv.returncode == 0, pv.stderr[-1500:]
+    out.update({"first_image_s": first, "second_image_s": second, "ratio_second_to_first": second / first,
+                "venv_build_and_import_smoke_warm_s": venv_warm})  # fmt: skip
+    return out
+
+
+def bench_monitor() -> dict[str, float]:
+    sys.path.insert(0, str(ROOT))
+    from envbuilder import engines, monitor
+    from envbuilder.runners import LocalRunner
+
+    replay = ROOT / "tests/replay_sglang.py"
+    runs = SHARED / "sglang-runs"
+    cases = [("0.5.11-h200/oom.log", "-9"), ("0.5.11-fresh-lock-import-failure.log", "1"), ("0.5.11-h200/plain.log", None),
+             ("0.5.11-h200-qwen3next/nextn-refused-radix-cache.log", "1")]  # fmt: skip
+    reactions: dict[str, list[float]] = {}
+    for log, code in cases:
+        for _ in range(5):
+            argv = [sys.executable, str(replay), "--log", str(runs / log), "--compress", "1000", "--max-gap", "0.05"]
+            if code:
+                argv += ["--exit", code]
+            with LocalRunner(Path(tempfile.gettempdir()) / "eb-bench-run").start(
+                    argv, env={"PATH": "/usr/bin:/bin"}, base_url="", name="bench") as h:  # fmt: skip
+                out = monitor.watch(h.events, engines.SGLANG, ready_check=lambda: None,
+                                    limits=monitor.WatchLimits(fatal_grace_s=0.2))  # fmt: skip
+            reactions.setdefault(log, []).append(out.reaction_s or 0.0)
+    flat = [r for v in reactions.values() for r in v]
+    return {"reaction_median_s": statistics.median(flat), "reaction_max_s": max(flat),
+            **{f"reaction_median_s[{k}]": statistics.median(v) for k, v in reactions.items()}}  # fmt: skip
+
+
+def bench_rerun() -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        m = Path(d) / "m.toml"
+        # Pythons this box lacks: the venv build is skip (cached like any result), no 10 GB sglang venvs
+        m.write_text(NINE.replace('"3.10", "3.11", "3.12"', '"3.10", "3.12", "3.13"').replace('python = "3.11"', 'python = "3.13"'))
+        envbuilder("--matrix", str(m), "--workdir", d, "resolve")
+        first, _ = envbuilder("--matrix", str(m), "--workdir", d, "run", "--runner", "venv", "--checks", "none")
+        again, p = envbuilder("--matrix", str(m), "--workdir", d, "run", "--runner", "venv", "--checks", "none", "--json")
+        cached = sum(1 for r in json.loads(p.stdout) for s in r["stages"] if s["inputs"])
+        starts = len(list(Path(d).glob("logs/*/server.log")))
+    return {"first_run_after_resolve_s": first, "unchanged_rerun_s": again, "engine_starts": float(starts),
+            "stage_results": float(cached)}  # fmt: skip
+
+
+def bench_degeneracy() -> dict[str, float]:
+    sys.path.insert(0, str(ROOT))
+    from envbuilder.checks import degeneracy
+
+    rows = [json.loads(ln) for ln in (ROOT / "tests/fixtures/degeneracy.jsonl").read_text().splitlines() if ln.strip()]
+    tp = fp = fn = tn = 0
+    for r in rows:
+        got = degeneracy.detect(r["text"], finish_reason=r.get("finish_reason")).degenerate
+        want = r["expected"] == "degenerate"
+        tp += got and want
+        fp += got and not want
+        fn += want and not got
+        tn += not got and not want
+    return {"texts": float(len(rows)), "degenerate": float(tp + fn), "precision": tp / max(1, tp + fp),
+            "recall": tp / max(1, tp + fn), "false_positives": float(fp), "false_negatives": float(fn)}  # fmt: skip
+
+
+BENCHES: dict[str, Callable[[], dict[str, float]]] = {
+    "resolve": bench_resolve, "build": bench_build, "monitor": bench_monitor, "rerun": bench_rerun,
+    "degeneracy": bench_degeneracy,
+}  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHES)
+    results = {}
+    for n in names:
+        t = time.monotonic()
+        results[n] = BENCHES[n]()
+        print(f"{n} ({time.monotonic() - t:.0f} s):")
+        for k, v in results[n].items():
+            print(f"  {k:48} {v:10.3f}")
+    out = ROOT / ".envbuilder" / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
