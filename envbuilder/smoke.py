@@ -79,7 +79,7 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
     if base_url:
         return Launch(argv=[], env=env, base_url=str(base_url), runner="external", model=m.model.path)
     port = m.server.port or free_port(host)
-    user_args = _drop(list(m.server.args), drop_args) + list(extra_args)
+    user_args = engines.drop_flags(m.server.args, lambda flag: flag in drop_args) + list(extra_args)
     if m.server.command is not None:  # [server] args are appended to a custom command
         model = resolve_model_path(m, sys.executable)
         argv = [a.format(host=host, port=port, model=model) for a in m.server.command] + user_args
@@ -105,21 +105,6 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
 
 def _ctx_len(m: Matrix) -> int | None:
     return m.model.context_length if m.model.context_length else None
-
-
-def _drop(args: list[str], flags: tuple[str, ...]) -> list[str]:
-    """Remove ``flags`` (and the values that follow them) from an argument list."""
-    out: list[str] = []
-    skip = False
-    for i, a in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if a.split("=", 1)[0] in flags:
-            skip = "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--")
-            continue
-        out.append(a)
-    return out
 
 
 @dataclass

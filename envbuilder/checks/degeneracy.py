@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 LOOP_COVER = 0.5
@@ -67,37 +68,31 @@ def _script(ch: str) -> str:
     return name.split(" ", 1)[0]  # LATIN, CYRILLIC, GREEK, CJK, ARABIC, HANGUL, ...
 
 
-def find_loop(text: str) -> tuple[int, int] | None:
-    """(period, covered characters) of the longest periodic tail, character level, period 1..128."""
-    s = text.rstrip()
-    n = len(s)
+def periodic_tail(seq: Sequence[str], max_period: int, min_len: int = 0) -> tuple[int, int] | None:
+    """(period, covered items) of the longest tail of ``seq`` that repeats one unit of 1..max_period items
+    at least LOOP_MIN_REPEATS times (and covers at least ``min_len`` items)."""
+    n = len(seq)
     best: tuple[int, int] | None = None
-    for p in range(1, min(128, n // LOOP_MIN_REPEATS) + 1):
+    for p in range(1, min(max_period, n // LOOP_MIN_REPEATS) + 1):
         run = 0
         i = n - 1
-        while i - p >= 0 and s[i] == s[i - p]:
+        while i - p >= 0 and seq[i] == seq[i - p]:
             run += 1
             i -= 1
         covered = run + p
-        if covered >= max(LOOP_MIN_CHARS, p * LOOP_MIN_REPEATS) and (best is None or covered > best[1]):
+        if covered >= max(min_len, p * LOOP_MIN_REPEATS) and (best is None or covered > best[1]):
             best = (p, covered)
     return best
+
+
+def find_loop(text: str) -> tuple[int, int] | None:
+    """(period, covered characters) of the longest periodic tail, character level, period 1..128."""
+    return periodic_tail(text.rstrip(), 128, LOOP_MIN_CHARS)
 
 
 def find_word_loop(words: list[str]) -> tuple[int, int] | None:
     """(period, covered words) of the longest periodic tail at word level, period 1..32."""
-    n = len(words)
-    best: tuple[int, int] | None = None
-    for p in range(1, min(32, n // LOOP_MIN_REPEATS) + 1):
-        run = 0
-        i = n - 1
-        while i - p >= 0 and words[i] == words[i - p]:
-            run += 1
-            i -= 1
-        covered = run + p
-        if covered >= p * LOOP_MIN_REPEATS and (best is None or covered > best[1]):
-            best = (p, covered)
-    return best
+    return periodic_tail(words, 32)
 
 
 def rep_n(tokens: list[str], n: int) -> float | None:

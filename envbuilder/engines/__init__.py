@@ -8,7 +8,7 @@ CPU and is what the CPU test suite serves SmolLM2 with.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
@@ -54,18 +54,22 @@ class EngineSpec:
 
     def filter_flags(self, args: Sequence[str], version: str | None) -> list[str]:
         """Drop flags (and their values) that the engine version no longer has."""
-        out: list[str] = []
-        skip = False
-        for i, a in enumerate(args):
-            if skip:
-                skip = False
-                continue
-            flag = a.split("=", 1)[0]
-            if flag.startswith("--") and not self.supports(flag, version):
-                skip = "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--")
-                continue
-            out.append(a)
-        return out
+        return drop_flags(args, lambda flag: flag.startswith("--") and not self.supports(flag, version))
+
+
+def drop_flags(args: Sequence[str], unwanted: Callable[[str], bool]) -> list[str]:
+    """``args`` without the flags ``unwanted`` names, each with the value that follows it (``--f v`` or ``--f=v``)."""
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if unwanted(a.split("=", 1)[0]):
+            skip = "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--")
+            continue
+        out.append(a)
+    return out
 
 
 def _re(p: str) -> re.Pattern[str]:
