@@ -38,3 +38,19 @@ def test_missing_matrix_file(tmp_path: Path) -> None:
 def test_python_dash_m_and_version() -> None:
     r = envbuilder("--version")
     assert r.code == 0 and r.out.startswith("envbuilder ")
+
+
+def test_the_wheel_carries_its_data_files(tmp_path: Path) -> None:
+    """A non-editable install (what `nox -s matrix` uses) must find the Dockerfile template, rules and prompts."""
+    import subprocess
+    import zipfile
+
+    from envbuilder.uvbin import uv_bin
+
+    subprocess.run([uv_bin(), "build", "--wheel", "-o", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("envbuilder-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in ("envbuilder/_dockerfiles/cell.Dockerfile.j2", "envbuilder/rules/cuda_driver.toml",
+                   "envbuilder/rules/arch.toml", "envbuilder/data/platforms.toml", "envbuilder/prompts/smollm2.toml",
+                   "envbuilder/prompts/qwen3.toml"):
+        assert needed in names, needed
