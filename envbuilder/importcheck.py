@@ -134,8 +134,11 @@ class ImportStage:
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         b = prior.stage("build")
+        from dataclasses import asdict
+
         return {"build": b.inputs if b else None, "image": b.details.get("image_id") if b else None,
-                "args": list(ctx.matrix.server.args), "engine": ctx.matrix.server.engine}  # fmt: skip
+                "args": list(ctx.matrix.server.args), "engine": ctx.matrix.server.engine,
+                "model": asdict(ctx.matrix.model)}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         return True
@@ -182,8 +185,23 @@ class ImportStage:
         if problems:
             return StageResult(name=self.name, status=Status.FAIL, reason=Reason.BAD_FLAG,
                                message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip
+        launch_note = ""
+        if engine == "sglang" and build.details.get("runner") == "venv":
+            from envbuilder import launchcheck, model
+
+            config = model.find_config(ctx.matrix.model, ctx.matrix.path.parent)
+            if config is not None:  # SGLang's own argument checks against the model's config: seconds, no weights
+                args = list(ctx.matrix.server.args)
+                if ctx.matrix.model.context_length:
+                    args = ["--context-length", str(ctx.matrix.model.context_length), *args]
+                verdict, _ = launchcheck.run([str(build.details["python"])], config, args)
+                details["launch_check"] = verdict.to_json()
+                if verdict.status in (Status.FAIL, Status.ERROR):
+                    return StageResult(name=self.name, status=verdict.status, reason=verdict.reason,
+                                       message=f"launch-check: {verdict.message}", details=details)  # fmt: skip
+                launch_note = f"; launch-check {verdict.status.value}: {verdict.message}"
         torch = probe.get("torch", {})
         extra = f", torch {torch.get('version')} (CUDA {torch.get('cuda')})" if torch else ""
         return StageResult(name=self.name, status=Status.PASS,
                            message=f"imports {', '.join(mods)}: {spec.package} {version}{extra}; "
-                                   f"{len(ctx.matrix.server.args)} launch args parse", details=details)  # fmt: skip
+                                   f"{len(ctx.matrix.server.args)} launch args parse{launch_note}", details=details)  # fmt: skip
