@@ -4,7 +4,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +30,6 @@ def envbuilder(*args: str, cwd: Path | None = None, env: dict[str, str] | None =
     return Ran(p.returncode, p.stdout, p.stderr)
 
 
-@pytest.fixture
-def cli() -> type[Ran]:
-    return Ran
-
-
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -48,14 +43,6 @@ cuda = ["13.0"]
 os = ["ubuntu24.04"]
 python = ["3.12"]
 """
-
-
-def run_main(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> Ran:
-    from envbuilder.cli import main
-
-    code = main(list(argv))
-    cap = capsys.readouterr()
-    return Ran(code, cap.out, cap.err)
 
 
 LLAMA_CELL = """
