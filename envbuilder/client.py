@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,8 +61,6 @@ class EngineClient:
         with self.session.post(self.base_url + "/v1/chat/completions", json=body, stream=True,
                                timeout=self.timeout_s) as r:  # fmt: skip
             r.raise_for_status()
-            import json
-
             for raw in r.iter_lines():
                 if not raw or not raw.startswith(b"data:"):
                     continue

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from envbuilder import atomic, doctor, errors
 from envbuilder.build import BuildStage
-from envbuilder.cli import Ui, _add_cells, add_run_options, register, run_stages, stage_options
+from envbuilder.cli import Ui, _add_cells, _host_facts, add_run_options, register, run_stages, stage_options
 from envbuilder.importcheck import ImportStage
 from envbuilder.pipeline import Stage, Workspace
 from envbuilder.precheck import PrecheckStage
@@ -310,14 +310,14 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
             ui.out.print("\n".join(f"candidate: {r['cell']} (uploaded {r['uploaded']})" for r in rows) or "no newer release")
         return errors.EXIT_OK
     baseline = (prov.get("baseline") or {}).get("decode_tokens_per_s")
-    ctx = RunContext(matrix=m, workspace=ws, host_facts=_facts(args), options={**stage_options(args), "baseline_speed": baseline})
+    ctx = RunContext(matrix=m, workspace=ws, host_facts=_host_facts(args), options={**stage_options(args), "baseline_speed": baseline})
     results = run_pipeline(ctx, [c for c, _ in cands], all_stages(args))
     pinned_versions = lock.read(pin.production_dir(ws) / "pylock.toml").versions()
     out: list[dict[str, Any]] = []
     for r in results:
         lp = ws.locks(r.id) / "pylock.toml"
         diff = lock.diff(pinned_versions, lock.read(lp).versions()) if lp.exists() else []
-        safe, reasons = watch.verdict(r, diff)
+        safe, reasons = watch.verdict(r)
         out.append({"cell": r.id, "safe": safe, "reasons": reasons, "lock_diff": diff})
     if ui.json:
         ui.print_json({"pinned": prov["cell"], "releases": out})
@@ -328,12 +328,6 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
                 ui.out.print(f"  - {escape(why)}")
             ui.out.print(f"  lock diff vs production: {len(o['lock_diff'])} package(s) differ")
     return errors.EXIT_OK if all(o["safe"] for o in out) else errors.EXIT_CELLS_FAILED
-
-
-def _facts(args: argparse.Namespace) -> dict[str, object]:
-    from envbuilder.cli import _host_facts
-
-    return _host_facts(args)
 
 
 def _configure_ci_matrix(p: argparse.ArgumentParser) -> None:

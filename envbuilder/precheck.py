@@ -191,8 +191,7 @@ def check_vram(m: Matrix, facts: dict[str, Any], matrix_dir: Any) -> list[Findin
     return [Finding(rule="vram", status=Status.PASS, reason=Reason.OK, message=f"fits: {numbers}", source=fp.source)]
 
 
-def evaluate(cell: Cell, m: Matrix, facts: dict[str, Any], prior: CellResult | None = None,
-             lock_path: Any = None) -> list[Finding]:  # fmt: skip
+def evaluate(cell: Cell, m: Matrix, facts: dict[str, Any], lock_path: Any = None) -> list[Finding]:
     """Every rule's findings for one cell."""
     lk = lock.read(lock_path) if lock_path is not None and lock_path.exists() else None
     versions = lk.versions() if lk else {}
@@ -223,7 +222,7 @@ class PrecheckStage:
         return True
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
-        findings = evaluate(cell, ctx.matrix, ctx.host_facts, prior, ctx.workspace.locks(cell.id) / "pylock.toml")
+        findings = evaluate(cell, ctx.matrix, ctx.host_facts, ctx.workspace.locks(cell.id) / "pylock.toml")
         details = {"findings": [{**asdict(f), "status": f.status.value, "reason": f.reason.value} for f in findings]}
         if not ctx.host_facts:
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,

@@ -13,7 +13,7 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from envbuilder.matrix import NONE, Cell, Matrix
 from envbuilder.monitor import LaunchOutcome, LogLine, WatchLimits, watch
 from envbuilder.pipeline import RunContext
 from envbuilder.results import CellResult, Reason, StageResult, Status
-from envbuilder.runners import ExternalRunner, LocalRunner, free_port
+from envbuilder.runners import ExternalRunner, LocalRunner, ServerHandle, free_port
 
 SUITE_VERSION = 1
 
@@ -128,7 +128,7 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
     limits = WatchLimits(startup_timeout_s=float(ctx.options.get("startup_timeout_s", m.server.startup_timeout_s)),
                          stall_timeout_s=float(ctx.options.get("stall_timeout_s", m.server.stall_timeout_s)))  # fmt: skip
     if launch.runner == "external":
-        runner_cm: Any = ExternalRunner().start([], env=launch.env, base_url=launch.base_url, name=name)
+        runner_cm: AbstractContextManager[ServerHandle] = ExternalRunner().start([], env=launch.env, base_url=launch.base_url, name=name)
     elif launch.runner == "docker":
         from envbuilder.runners.docker import DockerRunner
 

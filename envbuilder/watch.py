@@ -30,7 +30,7 @@ def candidates(m: Matrix, ws: Workspace, pinned: Cell, package: str, *, include_
     return out
 
 
-def verdict(result: Any, lock_diff: list[dict[str, str | None]]) -> tuple[bool, list[str]]:
+def verdict(result: Any) -> tuple[bool, list[str]]:
     """Safe to upgrade when every stage passed (no skips, no perf regression); else the reasons."""
     reasons = [f"{s.name}: {s.status.value} {s.reason.value} — {s.message}" for s in result.stages
                if s.status.value != "pass"]  # fmt: skip

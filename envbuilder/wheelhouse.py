@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,10 +107,3 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def copy_extra(src: Path, dest: Path) -> None:
-    """Add local wheels (e.g. another lock's versions for bisect) to a wheelhouse."""
-    for w in src.glob("*.whl"):
-        if not (dest / w.name).exists():
-            shutil.copy2(w, dest / w.name)

@@ -189,12 +189,3 @@ def detect(text: str | None, *, finish_reason: str | None = None) -> Verdict:
     # in code, tables and JSON, repetition is normal: only a strong signal counts there
     degenerate = bool(strong) or (len(weak) >= 2 and not code)
     return Verdict(degenerate=degenerate, signals=tuple(strong + weak), numbers=nums)
-
-
-def most_common_tail(text: str) -> str:
-    """A short excerpt for messages: the repeated unit of a loop, or the text's end."""
-    loop = find_loop(text.rstrip())
-    if loop:
-        unit = text.rstrip()[-loop[0] :]
-        return f"{unit!r} repeated"
-    return repr(text.strip()[-60:])

@@ -40,8 +40,6 @@ class EngineSpec:
     failures: tuple[FailurePattern, ...]
     # flag -> version from which it is gone (argparse then sees an unknown or ambiguous flag)
     removed_flags: dict[str, str] = field(default_factory=dict)
-    health_path: str = "/health"
-    chat_path: str = "/v1/chat/completions"
 
     def supports(self, flag: str, version: str | None) -> bool:
         gone = self.removed_flags.get(flag)
@@ -126,7 +124,6 @@ LLAMA_CPP = EngineSpec(
     failures=(
         FailurePattern(reason="oom", pattern=_re(r"failed to allocate|out of memory")),
     ),
-    health_path="/v1/models",
 )
 
 ENGINES = {e.name: e for e in (SGLANG, LLAMA_CPP)}

@@ -34,9 +34,14 @@ _PR_SET_PDEATHSIG = 1
 class ServerHandle(Protocol):
     """A started server: its events (log lines, exit) and where it answers."""
 
-    events: queue.Queue[Event]
-    base_url: str
-    pid: int | None
+    @property
+    def events(self) -> queue.Queue[Event]: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
 
 
 def free_port(host: str = "127.0.0.1") -> int:
