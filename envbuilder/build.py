@@ -7,11 +7,15 @@ sharing uv's cache so repeats are cheap.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from envbuilder import lock
 from envbuilder.errors import StageFailure
@@ -25,8 +29,86 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def find_python(spec: str) -> str:
+    """An interpreter's path from a path, a name (``python3``) or a version (``3.12``): PATH first, then uv."""
+    if os.sep in spec:
+        return spec
+    # what the user runs: the first on PATH (a GPU box's python3 is often a venv, e.g. /opt/torch/.venv)
+    found = shutil.which(spec) or (shutil.which(f"python{spec}") if re.fullmatch(r"\d+(\.\d+)*", spec) else None)
+    if found:
+        return found
+    p = subprocess.run([uv_bin(), "python", "find", "--system", "--no-python-downloads", spec], capture_output=True,
+                       text=True, check=False, timeout=60, env=clean_env())  # fmt: skip
+    if p.returncode != 0:
+        raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE, f"no Python {spec} on this machine")
+    return p.stdout.strip()
+
+
+def site_packages(python: str) -> list[str]:
+    """The site-packages folders of an interpreter (a system Python's dist-packages, or a venv's)."""
+    p = subprocess.run([find_python(python), "-c", "import json, site; print(json.dumps(site.getsitepackages() + "
+                                         "([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])))"],
+                       capture_output=True, text=True, check=False, timeout=60, env=clean_env())  # fmt: skip
+    if p.returncode != 0:
+        raise StageFailure(Status.ERROR, Reason.NOT_APPLICABLE, f"cannot run {python}: {p.stderr.strip()[-300:]}")
+    return [str(x) for x in json.loads(p.stdout)]
+
+
+def clean_env(venv: Path | None = None) -> dict[str, str]:
+    """The environment for a process that must see only ``venv`` (and what it was told to provide):
+    no PYTHONPATH or PYTHONHOME of ours leaking in, the venv's ``bin`` first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    if venv is not None:
+        env["VIRTUAL_ENV"] = str(venv)
+        env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def create_venv(python: str, dest: Path, log: IO[str], provided_from: Sequence[str] = ()) -> bool:
+    """``uv venv`` for ``python`` at ``dest``. ``provided_from``: site-packages folders appended after the
+    venv's own (a ``.pth``), so packages the runner already has are used and the venv's own win."""
+    mk = subprocess.run([uv_bin(), "venv", "--quiet", "--no-python-downloads", "--python", python, str(dest)],
+                        stdout=log, stderr=subprocess.STDOUT, check=False, timeout=120, env=clean_env())  # fmt: skip
+    if mk.returncode != 0:
+        return False
+    if provided_from:  # addsitedir, not a bare path: the provider's own .pth files are processed too
+        lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in provided_from)
+        for sp in (dest / "lib").glob("python*/site-packages"):
+            (sp / "_envbuilder_provided.pth").write_text(lines)
+    return True
+
+
+def sync_venv(venv: Path, requirements: Path, index_args: Sequence[str], log: IO[str], *, hashes: bool,
+              timeout_s: float = 3600) -> int:  # fmt: skip
+    """``uv pip sync`` the venv to exactly ``requirements``; returns uv's exit status."""
+    argv = [uv_bin(), "pip", "sync", "--python", str(venv_python(venv)), *index_args, str(requirements)]
+    if hashes:
+        argv.insert(3, "--require-hashes")
+    return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=timeout_s,
+                          env=clean_env()).returncode  # fmt: skip
+
+
+def offline_index_args(find_links: Sequence[str]) -> list[str]:
+    """uv options that install from local wheel folders only (an air-gapped runner's wheelhouse)."""
+    return ["--offline", "--no-index", *(a for d in find_links for a in ("--find-links", str(d)))]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provided:
+    """Packages the runner's interpreter already has (``--provided FREEZE``): left out of the venv and
+    taken from that interpreter's site-packages instead."""
+
+    versions: dict[str, str]
+    source: str
+
+    def note(self, locked: dict[str, str]) -> list[str]:
+        return [f"{n} {v} provided (lock: {locked[n]})" for n, v in sorted(self.versions.items())
+                if n in locked and locked[n] != v]  # fmt: skip
+
+
 def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_args: list[str] | None = None,
-               timeout_s: float = 3600) -> dict[str, Any]:  # fmt: skip
+               timeout_s: float = 3600, provided: Provided | None = None,
+               python: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Create ``venv`` for the cell's Python and sync it to the lock; raises StageFailure when it cannot.
 
     The lock is installed as pinned, hash-checked requirements from the indexes it was resolved
@@ -35,21 +117,21 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = venv.with_name(venv.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
+    lk = lock.read(lock_path)
+    interpreter = python or cell.python
+    if provided:  # the exact interpreter whose packages are provided, not any Python of that version
+        interpreter = find_python(interpreter)
     with log_path.open("w") as log:
-        mk = subprocess.run([uv_bin(), "venv", "--quiet", "--no-python-downloads", "--python", cell.python, str(tmp)],
-                            stdout=log, stderr=subprocess.STDOUT, check=False, timeout=120)  # fmt: skip
-        if mk.returncode != 0:
+        paths = site_packages(interpreter) if provided else []
+        if not create_venv(interpreter, tmp, log, paths):
             shutil.rmtree(tmp, ignore_errors=True)
             raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE,
-                               f"Python {cell.python} is not installed on this machine (the venv runner needs it; "
+                               f"Python {interpreter} is not installed on this machine (the venv runner needs it; "
                                f"use the docker runner or a machine with Python {cell.python})")  # fmt: skip
         reqs = tmp / "envbuilder-lock.txt"
-        reqs.write_text(lock.requirements_with_hashes(lock.read(lock_path)))
-        sync = subprocess.run([uv_bin(), "pip", "sync", "--require-hashes", "--python", str(venv_python(tmp)),
-                               *(index_args or []), str(reqs)],
-                              stdout=log, stderr=subprocess.STDOUT, check=False, timeout=timeout_s,
-                              env={**os.environ})  # fmt: skip
-    if sync.returncode != 0:
+        reqs.write_text(lock.requirements_with_hashes(lk, exclude=set(provided.versions) if provided else set()))
+        code = sync_venv(tmp, reqs, index_args or [], log, hashes=True, timeout_s=timeout_s)
+    if code != 0:
         tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-1:]
         shutil.rmtree(tmp, ignore_errors=True)
         raise StageFailure(Status.FAIL, Reason.BUILD_FAILED,
@@ -68,7 +150,21 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
     cfg = venv / "pyvenv.cfg"
     if cfg.exists():
         cfg.write_text(cfg.read_text().replace(str(tmp), str(venv)))
-    return {"venv": str(venv), "python": str(venv_python(venv)), "log": str(log_path)}
+    out: dict[str, Any] = {"venv": str(venv), "python": str(venv_python(venv)), "log": str(log_path)}
+    if provided:
+        out["provided"] = {"source": provided.source, "site_packages": paths, "notes": provided.note(lk.versions()),
+                           "count": sum(1 for n in lk.versions() if n in provided.versions)}  # fmt: skip
+    return out
+
+
+def provided_from(ctx: RunContext) -> Provided | None:
+    """``--provided FREEZE`` of this run, read."""
+    path = ctx.options.get("provided")
+    if not path:
+        return None
+    from envbuilder.wheelhouse import read_freeze
+
+    return Provided(versions=read_freeze(Path(path)), source=str(path))
 
 
 class BuildStage:
@@ -86,8 +182,10 @@ class BuildStage:
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         r = prior.stage("resolve")
+        provided = provided_from(ctx)
         return {"runner": self._runner(ctx), "lock": r.details.get("lock_sha256") if r else None,
-                "python": cell.python}  # fmt: skip
+                "python": ctx.options.get("python") or cell.python, "find_links": ctx.options.get("find_links"),
+                "provided": provided.versions if provided else None}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         if old.status is not Status.PASS:
@@ -105,12 +203,22 @@ class BuildStage:
         runner = self._runner(ctx)
         if runner == "venv":
             resolved = prior.stage("resolve")
-            index_args = list(resolved.details.get("index_args", [])) if resolved else []
+            if ctx.options.get("find_links"):
+                index_args = offline_index_args(ctx.options["find_links"])
+            else:
+                index_args = list(resolved.details.get("index_args", [])) if resolved else []
+            provided = provided_from(ctx)
             details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
-                                 index_args)  # fmt: skip
+                                 index_args, provided=provided, python=ctx.options.get("python"))  # fmt: skip
             n = len(lock.read(lock_path).packages)
+            extra = ""
+            if "provided" in details:
+                pv = details["provided"]
+                extra = f" ({pv['count']} provided by {ctx.options.get('python') or cell.python}"
+                extra += f"; {len(pv['notes'])} at another version than the lock's)" if pv["notes"] else ")"
             return StageResult(name=self.name, status=Status.PASS,
-                               message=f"venv with {n} packages at {details['venv']}", details={**details, "runner": "venv"})  # fmt: skip
+                               message=f"venv with {n} packages at {details['venv']}{extra}",
+                               details={**details, "runner": "venv"})  # fmt: skip
         from envbuilder.images import build_image_stage
 
         return build_image_stage(ctx, cell, lock_path)

@@ -195,7 +195,8 @@ def cmd_run(args: argparse.Namespace, ui: Ui) -> int:
 def stage_options(args: argparse.Namespace) -> dict[str, Any]:
     """Per-run options the stages read from ``RunContext.options``."""
     opts: dict[str, Any] = {}
-    for name in ("base_image", "base_url", "startup_timeout_s", "stall_timeout_s", "no_cache"):
+    for name in ("base_image", "base_url", "startup_timeout_s", "stall_timeout_s", "no_cache", "find_links",
+                 "provided", "python"):
         value = getattr(args, name, None)
         if value is not None:
             opts[name] = value
@@ -210,6 +211,11 @@ def add_run_options(p: argparse.ArgumentParser, *, smoke: bool = True) -> None:
     p.add_argument("--runner", choices=["docker", "venv"], help="override [build] runner")
     p.add_argument("--base-image", help="override [build] base_image")
     p.add_argument("--no-cache", action="store_true", default=None, help="build images without Docker's layer cache")
+    p.add_argument("--find-links", action="append", metavar="DIR",
+                   help="venv runner: install only from these wheel folders, no index (an air-gapped runner)")
+    p.add_argument("--provided", metavar="FREEZE",
+                   help="venv runner: packages this interpreter already has (a `pip freeze`): used, not installed")
+    p.add_argument("--python", help="venv runner: the interpreter venvs are made from (default: the cell's python)")
     if smoke:
         p.add_argument("--checks", help="smoke checks: all (default), none, or a list: golden,degeneracy,spec,speed,"
                                         "long-context")  # fmt: skip

@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from envbuilder import engines
@@ -93,9 +94,12 @@ def check_flags(args: Sequence[str], options: set[str]) -> tuple[list[str], list
 def run_in_env(build: StageResult, argv: list[str], timeout_s: float) -> tuple[int, str]:
     """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU)."""
     if build.details.get("runner") == "venv":
+        from envbuilder.build import clean_env
+
         cmd = [str(build.details["python"]), *argv]
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
+                               env=clean_env(Path(str(build.details["venv"]))))  # fmt: skip
         except subprocess.TimeoutExpired:
             return 124, f"timed out after {timeout_s:.0f} s"
         return p.returncode, p.stdout + p.stderr
@@ -194,7 +198,10 @@ class ImportStage:
                 args = list(ctx.matrix.server.args)
                 if ctx.matrix.model.context_length:
                     args = ["--context-length", str(ctx.matrix.model.context_length), *args]
-                verdict, _ = launchcheck.run([str(build.details["python"])], config, args)
+                from envbuilder.build import clean_env
+
+                env = {**clean_env(Path(str(build.details["venv"]))), **ctx.matrix.server.env}
+                verdict, _ = launchcheck.run([str(build.details["python"])], config, args, env=env)
                 details["launch_check"] = verdict.to_json()
                 if verdict.status in (Status.FAIL, Status.ERROR):
                     return StageResult(name=self.name, status=verdict.status, reason=verdict.reason,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,14 +128,17 @@ def diff(old: dict[str, str], new: dict[str, str]) -> list[dict[str, str | None]
     return out
 
 
-def requirements_with_hashes(lk: Lock) -> str:
+def requirements_with_hashes(lk: Lock, exclude: Collection[str] = ()) -> str:
     """The lock as pinned requirements with every artifact's sha256 (``uv pip sync --require-hashes``).
 
     Installing by name and hash fetches exactly the lock's artifacts and, unlike a pylock install, lets
     uv reuse wheels it built before (a source-only package is compiled once, not per venv).
+    ``exclude``: normalised names left out (what the runner's interpreter provides).
     """
     lines = []
     for p in sorted(lk.packages.values(), key=lambda p: p.name):
+        if p.name in exclude:  # provided by the runner's interpreter
+            continue
         hashes = [w.sha256 for w in p.wheels if w.sha256] + ([p.sdist.sha256] if p.sdist and p.sdist.sha256 else [])
         lines.append(f"{p.name}=={p.version}" + "".join(f" --hash=sha256:{h}" for h in hashes))
     return "\n".join(lines) + "\n"

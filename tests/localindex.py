@@ -72,6 +72,24 @@ class LocalIndex:
                       if canonicalize_name(p.name.split("-")[0]) == canonicalize_name(project))
 
 
+OLD, NEW = "2026-01-01T00:00:00Z", "2026-06-01T00:00:00Z"
+
+
+def breaking_index(root: Path) -> LocalIndex:
+    """app 1.0 (released with lib 1.0, util 1.0, noise 1.0); later lib 1.1 (fine), lib 2.0 (drops ``helper``,
+    which app imports), util 1.5 and noise 2.0 (both fine)."""
+    idx = LocalIndex(root)
+    app = "from lib import helper\nimport util, noise\n__version__ = '1.0'\n"
+    idx.add("app", "1.0", requires=["lib>=1", "util", "noise"], files={"app/__init__.py": app}, uploaded=OLD)
+    idx.add("lib", "1.0", files={"lib/__init__.py": "def helper(): return 1\n"}, uploaded=OLD)
+    idx.add("lib", "1.1", files={"lib/__init__.py": "def helper(): return 2\n"}, uploaded=NEW)
+    idx.add("lib", "2.0", files={"lib/__init__.py": "def renamed(): return 3\n"}, uploaded=NEW)
+    for name, old, new in (("util", "1.0", "1.5"), ("noise", "1.0", "2.0")):
+        idx.add(name, old, uploaded=OLD)
+        idx.add(name, new, uploaded=NEW)
+    return idx
+
+
 def _handler(index: LocalIndex) -> type[BaseHTTPRequestHandler]:
     class H(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:

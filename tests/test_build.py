@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -177,3 +178,38 @@ def test_venv_for_missing_python_is_skip(tmp_path: Path) -> None:
     (r,) = _run(tmp_path, text, [ResolveStage(), BuildStage()])
     b = r.stage("build")
     assert b is not None and b.status is Status.SKIP and "Python 3.99 is not installed" in b.message
+
+
+def test_offline_venv_with_provided_packages(tmp_path: Path) -> None:
+    """The air-gapped GPU box: wheels from a folder only, and what its Python already has is used, not installed."""
+    from envbuilder.uvbin import uv_bin
+    from tests.conftest import envbuilder
+    from tests.localindex import breaking_index, serve
+
+    idx = breaking_index(tmp_path / "idx")
+    wd = tmp_path / "wd"
+    with serve(idx):
+        m = write(tmp_path / "matrix.toml", f'[matrix]\napp = ["1.0"]\ncuda = ["none"]\nos = ["debian12"]\n'
+                                            f'python = ["3.11"]\n[resolve]\nindexes = ["{idx.url}"]\n[build]\nrunner = "venv"\n')  # fmt: skip
+        assert envbuilder("--matrix", str(m), "--workdir", str(wd), "resolve").code == 0
+        provider = tmp_path / "provider"
+        subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(provider)], check=True)
+        subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(provider / "bin/python"), "--index-url", idx.url,
+                        "noise==2.0"], check=True)  # fmt: skip
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for w in idx.root.glob("*.whl"):
+        if not w.name.startswith("noise"):
+            (wheels / w.name).write_bytes(w.read_bytes())
+    freeze = write(tmp_path / "freeze.txt", "noise==2.0\n")
+    r = envbuilder("--matrix", str(m), "--workdir", str(wd), "build", "--find-links", str(wheels), "--provided",
+                   str(freeze), "--python", str(provider / "bin/python"), "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    (res,) = json.loads(r.out)
+    b = next(s for s in res["stages"] if s["name"] == "build")
+    i = next(s for s in res["stages"] if s["name"] == "import")
+    assert b["status"] == "pass" and "(1 provided by" in b["message"] and "1 at another version" in b["message"]
+    assert b["details"]["provided"]["notes"] == ["noise 2.0 provided (lock: 1.0)"]
+    assert i["status"] == "pass", i["message"]
+    site = next(Path(b["details"]["venv"]).glob("lib/python*/site-packages"))
+    assert (site / "lib").is_dir() and not (site / "noise").exists()  # noise comes from the provider

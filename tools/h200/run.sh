@@ -1,9 +1,49 @@
 #!/usr/bin/env bash
 # On the lent H200: install the wheelhouse overlay, convert SmolLM2, run envbuilder's smoke stage for
 # each matrix given, and pack the tool's own output into $OUT. Usage: tools/h200/run.sh setup | NAME...
+#   tools/h200/run.sh import-bisect: the import stage (venv from the release-day lock, offline, the H200's own
+#   packages provided) for import-*.toml, then `envbuilder bisect` of today's lock; output under $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 W=/tmp/wh
+if [ "${1:-}" = import-bisect ]; then
+  F=/tmp/whf
+  python3 $W/parts.py join $W && python3 $F/parts.py join $F || exit 3
+  python3 -m pip install -q --no-index --no-deps --target /tmp/tool /tmp/tool-wh/*.whl || exit 4
+  export PYTHONPATH=/tmp/tool:$PWD
+  python3 - <<'PY' || exit 6  # a config.json only: the tiny Qwen3-Next of ../shared/sglang-runs/0.5.11-h200-qwen3next
+import json
+from transformers import Qwen3NextConfig
+cfg = Qwen3NextConfig(vocab_size=49152, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
+  num_attention_heads=4, num_key_value_heads=2, head_dim=64, linear_num_value_heads=4, linear_num_key_heads=2,
+  linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4, full_attention_interval=4,
+  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, shared_expert_intermediate_size=256,
+  decoder_sparse_step=1, max_position_embeddings=131072, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+cfg.architectures = ["Qwen3NextForCausalLM"]
+cfg.save_pretrained("/models/tiny-qwen3next")
+c = json.load(open("/models/tiny-qwen3next/config.json")); c["full_attention_interval"] = 4
+json.dump(c, open("/models/tiny-qwen3next/config.json", "w"), indent=1)
+PY
+  R=/tmp/reports; mkdir -p "$R/import" "$R/bisect"
+  for name in nextn nextn-noradix; do
+    start=$(date +%s)
+    python3 -m envbuilder --matrix tools/h200/import-$name.toml --workdir .h200/$name build \
+      --find-links $W --provided tools/h200/provided.txt --json > "$R/import/$name.json" 2> "$R/import/$name.err"
+    echo "$name: exit $? in $(( $(date +%s) - start )) s"
+    python3 -m envbuilder --matrix tools/h200/import-$name.toml --workdir .h200/$name report > "$R/import/$name.txt" 2>&1
+    cp tools/h200/import-$name.toml "$R/import/$name.toml"; cp .h200/$name/logs/*/build.log "$R/import/$name-build.log"
+    python3 -c "import json,sys; [print(' ', s['name'], s['status'], s['reason'], s['message'][:400]) for r in json.load(open('$R/import/$name.json')) for s in r['stages']]"
+  done
+  start=$(date +%s)
+  timeout 420 python3 -m envbuilder --workdir .h200/bisect bisect sglang-0.5.11_fa4-resolver_cu13.0_drv-host_ubuntu24.04_py3.12 \
+    --find-links $W --find-links $F --provided tools/h200/provided.txt --python python3 --jobs 4 \
+    > "$R/bisect/bisect.txt" 2> "$R/bisect/trials.txt"
+  echo "bisect: exit $? in $(( $(date +%s) - start )) s"
+  cp .h200/bisect/bisect/*/bisect.json "$R/bisect/" 2>/dev/null
+  cat "$R/bisect/trials.txt" "$R/bisect/bisect.txt"
+  tar -C "$R" -czf "$OUT/import-bisect.tgz" .
+  exit 0
+fi
 if [ "${1:-}" = setup ]; then
   python3 $W/parts.py join $W || exit 3
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $W/*.whl || exit 4
