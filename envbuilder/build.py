@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -79,13 +79,13 @@ def create_venv(python: str, dest: Path, log: IO[str], provided_from: Sequence[s
 
 
 def sync_venv(venv: Path, requirements: Path, index_args: Sequence[str], log: IO[str], *, hashes: bool,
-              timeout_s: float = 3600) -> int:  # fmt: skip
+              timeout_s: float = 3600, env: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """``uv pip sync`` the venv to exactly ``requirements``; returns uv's exit status."""
     argv = [uv_bin(), "pip", "sync", "--python", str(venv_python(venv)), *index_args, str(requirements)]
     if hashes:
         argv.insert(3, "--require-hashes")
     return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=timeout_s,
-                          env=clean_env()).returncode  # fmt: skip
+                          env={**clean_env(), **(env or {})}).returncode  # fmt: skip
 
 
 def offline_index_args(find_links: Sequence[str]) -> list[str]:
@@ -107,8 +107,8 @@ class Provided:
 
 
 def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_args: list[str] | None = None,
-               timeout_s: float = 3600, provided: Provided | None = None,
-               python: str | None = None) -> dict[str, Any]:  # fmt: skip
+               timeout_s: float = 3600, provided: Provided | None = None, python: str | None = None,
+               env: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Create ``venv`` for the cell's Python and sync it to the lock; raises StageFailure when it cannot.
 
     The lock is installed as pinned, hash-checked requirements from the indexes it was resolved
@@ -130,7 +130,7 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
                                f"use the docker runner or a machine with Python {cell.python})")  # fmt: skip
         reqs = tmp / "envbuilder-lock.txt"
         reqs.write_text(lock.requirements_with_hashes(lk, exclude=set(provided.versions) if provided else set()))
-        code = sync_venv(tmp, reqs, index_args or [], log, hashes=True, timeout_s=timeout_s)
+        code = sync_venv(tmp, reqs, index_args or [], log, hashes=True, timeout_s=timeout_s, env=env)
     if code != 0:
         tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-1:]
         shutil.rmtree(tmp, ignore_errors=True)
@@ -177,13 +177,13 @@ class BuildStage:
     def __init__(self, runner: str | None = None) -> None:
         self.runner = runner
 
-    def _runner(self, ctx: RunContext) -> str:
-        return self.runner or ctx.matrix.build.runner
+    def _runner(self, ctx: RunContext, cell: Cell) -> str:
+        return self.runner or ctx.matrix.build.runner_for(cell)
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         r = prior.stage("resolve")
         provided = provided_from(ctx)
-        return {"runner": self._runner(ctx), "lock": r.details.get("lock_sha256") if r else None,
+        return {"runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": r.details.get("lock_sha256") if r else None,
                 "python": ctx.options.get("python") or cell.python, "find_links": ctx.options.get("find_links"),
                 "provided": provided.versions if provided else None}  # fmt: skip
 
@@ -200,7 +200,7 @@ class BuildStage:
         lock_path = ctx.workspace.locks(cell.id) / "pylock.toml"
         if not lock_path.exists():
             raise StageFailure(Status.ERROR, Reason.PREREQUISITE_FAILED, f"no lock at {lock_path}: run resolve first")
-        runner = self._runner(ctx)
+        runner = self._runner(ctx, cell)
         if runner == "venv":
             resolved = prior.stage("resolve")
             if ctx.options.get("find_links"):
@@ -209,7 +209,8 @@ class BuildStage:
                 index_args = list(resolved.details.get("index_args", [])) if resolved else []
             provided = provided_from(ctx)
             details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
-                                 index_args, provided=provided, python=ctx.options.get("python"))  # fmt: skip
+                                 index_args, provided=provided, python=ctx.options.get("python"),
+                                 env=ctx.matrix.build.env)  # fmt: skip
             n = len(lock.read(lock_path).packages)
             extra = ""
             if "provided" in details:

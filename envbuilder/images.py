@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import tomllib
 from importlib import resources
@@ -51,7 +52,8 @@ def base_image(cell: Cell, override: str | None) -> str:
     return f"nvidia/cuda:{tag}-cudnn-devel-{suffix}"
 
 
-def render(cell: Cell, lock_path: Path, out_dir: Path, *, base: str, buildkit: bool = False) -> tuple[str, str]:
+def render(cell: Cell, lock_path: Path, out_dir: Path, *, base: str, buildkit: bool = False,
+           install_env: dict[str, str] | None = None) -> tuple[str, str]:  # fmt: skip
     """Write the build context (Dockerfile, pylock.toml, uv) and return (Dockerfile text, content tag)."""
     lk = lock.read(lock_path)
     ca = os.environ.get("SSL_CERT_FILE")
@@ -59,7 +61,8 @@ def render(cell: Cell, lock_path: Path, out_dir: Path, *, base: str, buildkit: b
     env = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)  # a Dockerfile, not HTML
     text_wo_tag = env.from_string(_template_text()).render(
         cell_id=cell.id, version=__version__, base_image=base, python=cell.python, driver=cell.driver,
-        lock_sha256=lk.sha256, buildkit=buildkit, tag="{tag}", ca_bundle=ca_bundle)  # fmt: skip
+        lock_sha256=lk.sha256, buildkit=buildkit, tag="{tag}", ca_bundle=ca_bundle,
+        install_env=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((install_env or {}).items())))  # fmt: skip
     digest = hashlib.sha256((text_wo_tag + lk.sha256).encode()).hexdigest()[:12]
     tag = f"envbuilder/{cell.id.lower()}:{digest}"
     text = text_wo_tag.replace("{tag}", tag)
@@ -127,7 +130,7 @@ def build_image_stage(ctx: RunContext, cell: Cell, lock_path: Path) -> StageResu
     """The build stage with the docker runner."""
     override = ctx.options.get("base_image") or ctx.matrix.build.base_image
     base = base_image(cell, override)
-    _, tag = render(cell, lock_path, ctx.workspace.images(cell.id), base=base)
+    _, tag = render(cell, lock_path, ctx.workspace.images(cell.id), base=base, install_env=ctx.matrix.build.env)
     client = docker_client()
     try:
         lk = lock.read(lock_path)

@@ -25,7 +25,7 @@ from envbuilder.results import CellResult, Reason, StageResult, Status
 
 MARK = "ENVBUILDER-JSON "
 NEEDS_GPU = re.compile(r"libcuda\.so|no NVIDIA driver|Found no NVIDIA driver|CUDA driver|libnvidia-ml|"
-                       r"NVIDIA driver on your system|cudaGetDeviceCount|nvmlInit", re.I)  # fmt: skip
+                       r"NVIDIA driver on your system|cudaGetDeviceCount|nvmlInit|No accelerator \(CUDA", re.I)  # fmt: skip
 
 PROBE = r"""
 import importlib, json, sys, traceback
@@ -35,7 +35,7 @@ for name in sys.argv[1:]:
         m = importlib.import_module(name)
         out["modules"][name] = {"ok": True, "version": getattr(m, "__version__", None)}
     except BaseException as e:
-        out["modules"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+        out["modules"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:3000],
                                 "traceback": traceback.format_exc()[-4000:]}
 try:
     import torch
@@ -121,12 +121,20 @@ def run_in_env(build: StageResult, argv: list[str], timeout_s: float) -> tuple[i
         client.close()
 
 
+def summary_line(error: str) -> str:
+    """``Type: first non-empty line`` of an exception's text (sgl_kernel's start with an empty line)."""
+    kind, _, rest = error.partition(": ")
+    first = next((ln.strip() for ln in rest.splitlines() if ln.strip()), "")
+    return f"{kind}: {first}"[:500] if first else kind[:500]
+
+
 def classify_import(name: str, info: dict[str, Any]) -> tuple[Status, Reason, str]:
+    """A failed import: ``skip``/``no-gpu`` when only a GPU driver is missing here, else ``fail``/``import-error``."""
     err = str(info.get("error", ""))
     tb = str(info.get("traceback", ""))
     if NEEDS_GPU.search(err) or NEEDS_GPU.search(tb.splitlines()[-1] if tb else ""):
-        return Status.SKIP, Reason.NO_GPU, f"import {name} needs a GPU driver here: {err}"
-    return Status.FAIL, Reason.IMPORT_ERROR, f"import {name} failed: {err}"
+        return Status.SKIP, Reason.NO_GPU, f"import {name} needs a GPU driver here: {summary_line(err)}"
+    return Status.FAIL, Reason.IMPORT_ERROR, f"import {name} failed: {summary_line(err)}"
 
 
 class ImportStage:
@@ -168,9 +176,12 @@ class ImportStage:
         hard = [v for v in verdicts if v[0] is Status.FAIL]
         if hard:
             return StageResult(name=self.name, status=Status.FAIL, reason=hard[0][1], message=hard[0][2], details=details)
-        if verdicts:  # only GPU-driver failures: the parser check needs the engine imported, so it is skipped too
+        engine_mod = spec.module.split(".")[0]
+        if any(n == engine_mod for n, _ in failed):  # the parser check needs the engine imported: skipped too
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.NO_GPU, message=verdicts[0][2],
                                details=details)  # fmt: skip
+        gpu_only = [n for n, _ in failed]  # e.g. sgl_kernel loads libcuda.so.1 at import; the engine itself imported
+        details["needs_gpu"] = gpu_only
         if spec.package not in locked:
             return StageResult(name=self.name, status=Status.PASS,
                                message=f"imports {', '.join(mods)}; no {spec.package} in the lock: no flag check",
@@ -209,6 +220,8 @@ class ImportStage:
                 launch_note = f"; launch-check {verdict.status.value}: {verdict.message}"
         torch = probe.get("torch", {})
         extra = f", torch {torch.get('version')} (CUDA {torch.get('cuda')})" if torch else ""
+        skipped = f" ({', '.join(gpu_only)}: needs a GPU, not imported here)" if gpu_only else ""
+        imported = [x for x in mods if x not in gpu_only]
         return StageResult(name=self.name, status=Status.PASS,
-                           message=f"imports {', '.join(mods)}: {spec.package} {version}{extra}; "
+                           message=f"imports {', '.join(imported)}{skipped}: {spec.package} {version}{extra}; "
                                    f"{len(ctx.matrix.server.args)} launch args parse{launch_note}", details=details)  # fmt: skip

@@ -136,6 +136,16 @@ class BuildConfig:
 
     runner: Literal["docker", "venv"] = "docker"
     base_image: str | None = None
+    # per-cell runner, first matching cell filter wins: {"os=debian12" = "docker", "sglang=0.5.9" = "venv"}
+    runners: dict[str, Literal["docker", "venv"]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # while installing (e.g. CMAKE_ARGS for an sdist)
+
+    def runner_for(self, cell: Cell) -> str:
+        """The runner of ``cell``: the first ``runners`` filter it matches, else ``runner``."""
+        for selector, runner in self.runners.items():
+            if _matches(cell, selector, "[build].runners"):
+                return runner
+        return self.runner
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -482,6 +492,12 @@ def _check_sections(m: Matrix, where: str) -> None:
             raise InputError(where, f"[smoke].checks[{i}]", f"unknown check {c!r}{did_you_mean(c, known_checks)}")
     if m.server.command is not None and not m.server.command:
         raise InputError(where, "[server].command", "must not be empty")
+    for selector in m.build.runners:
+        for cond in selector.split(","):
+            axis = cond.partition("=")[0]
+            if "=" in selector and axis not in (*m.package_axes, *PLATFORM_AXES):
+                raise InputError(where, f"[build].runners.{selector!r}",
+                                 f"no axis {axis!r}{did_you_mean(axis, [*m.package_axes, *PLATFORM_AXES])}")  # fmt: skip
     for name in ("min_spec_accept_length", "perf_tolerance", "spec_min_identical"):
         if getattr(m.smoke, name) < 0:
             raise InputError(where, f"[smoke].{name}", "must not be negative")

@@ -43,25 +43,34 @@ class Launch:
     image: str | None = None
 
 
-def site_packages(python: str) -> list[Path]:
-    """The site-packages folders of an interpreter (for models shipped inside a package)."""
-    import subprocess
-
-    out = subprocess.run([python, "-c", "import site,sys;print('\\n'.join(site.getsitepackages()))"],
-                         capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
-    return [Path(p) for p in out.stdout.split()] if out.returncode == 0 else []
+FIND_IN_SITE = ("import glob, os, site, sys\n"
+                "hits = [h for r in site.getsitepackages() for h in sorted(glob.glob(os.path.join(r, sys.argv[1])))]\n"
+                "print(hits[0] if hits else '')")  # fmt: skip
+RunPython = Callable[[list[str]], tuple[int, str]]
 
 
-def resolve_model_path(m: Matrix, python: str | None) -> str:
-    """``[model] path``: a local path, a hub id, or ``pkg:<glob>`` inside the environment's site-packages."""
+def python_runner(python: str) -> RunPython:
+    """Run ``python <argv>`` here; (exit status, output)."""
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        import subprocess
+
+        p = subprocess.run([python, *argv], capture_output=True, text=True, check=False, timeout=120)
+        return p.returncode, p.stdout
+
+    return run
+
+
+def resolve_model_path(m: Matrix, run: RunPython) -> str:
+    """``[model] path``: a local path, a hub id, or ``pkg:<glob>`` inside the environment's site-packages
+    (found by the environment's own Python: a venv's, or the image's in a container)."""
     path = m.model.path
     if path.startswith("pkg:"):
         pattern = path[4:]
-        roots = site_packages(python) if python else []
-        for root in roots:
-            hits = sorted(root.glob(pattern))
-            if hits:
-                return str(hits[0])
+        code, out = run(["-c", FIND_IN_SITE, pattern])
+        lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        if code == 0 and lines:
+            return lines[-1]
         raise StageFailure(Status.FAIL, Reason.CRASH,
                            f"model {path}: nothing matches {pattern!r} in the environment's site-packages")  # fmt: skip
     local = (m.path.parent / path).expanduser()
@@ -81,7 +90,7 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
     port = m.server.port or free_port(host)
     user_args = engines.drop_flags(m.server.args, lambda flag: flag in drop_args) + list(extra_args)
     if m.server.command is not None:  # [server] args are appended to a custom command
-        model = resolve_model_path(m, sys.executable)
+        model = resolve_model_path(m, python_runner(sys.executable))
         argv = [a.format(host=host, port=port, model=model) for a in m.server.command] + user_args
         return Launch(argv=argv, env=env, base_url=m.server.base_url or f"http://{host}:{port}", runner="local",
                       model=model)  # fmt: skip
@@ -91,14 +100,17 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
     version = cell.requirements().get(spec.package)
     if build.details.get("runner") == "venv":
         python = str(build.details["python"])
-        model = resolve_model_path(m, python)
+        model = resolve_model_path(m, python_runner(python))
         argv = engines.launch_argv(spec, python, model, host, port, user_args, version, tp=m.model.tp,
                                    context_length=_ctx_len(m))  # fmt: skip
         return Launch(argv=argv, env=env, base_url=f"http://{host}:{port}", runner="local", model=model)
     image = str(build.details["image"])
-    model = m.model.path
-    argv = engines.launch_argv(spec, "python3", "/model" if Path(model).exists() else model, "0.0.0.0", port,
-                               user_args, version, tp=m.model.tp, context_length=_ctx_len(m))  # fmt: skip
+    from envbuilder.importcheck import run_in_env
+
+    model = resolve_model_path(m, lambda argv: run_in_env(build, argv, timeout_s=120))
+    in_image = "/model" if Path(model).exists() else model  # a local model is mounted at /model
+    argv = engines.launch_argv(spec, "python3", in_image, "0.0.0.0", port, user_args, version, tp=m.model.tp,
+                               context_length=_ctx_len(m))  # fmt: skip
     return Launch(argv=argv, env=dict(m.server.env), base_url=f"http://{host}:{port}", runner="docker",
                   model=model, image=image)  # fmt: skip
 
@@ -206,7 +218,8 @@ class SmokeStage:
 
         with started(ctx, cell, launch, name="server", echo=self.echo) as srv:
             outcome, client = srv.outcome, srv.client
-            details: dict[str, Any] = {"launch": outcome.to_json(), "command": launch.argv, "base_url": launch.base_url,
+            details: dict[str, Any] = {"launch": outcome.to_json(), "command": launch.argv, "runner": launch.runner,
+                                       "base_url": launch.base_url,
                                        "log": str(ctx.workspace.logs(cell.id) / "server.log")}  # fmt: skip
             if not outcome.ready:
                 return StageResult(name=self.name, status=outcome.status, reason=outcome.reason,

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,3 +89,48 @@ def llama_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
     yield {"python": python, "model": str(model), "workdir": str(d / "wd"), "result": json.dumps(res)}
 
 
+
+
+BASE_TAG = "envbuilder-test/debian12-python:1"
+CC_TAG = "envbuilder-test/debian12-python-cc:1"  # + a C compiler, for images that build sdists (llama-cpp-python)
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _docker_ok() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def base_image() -> Iterator[str]:
+    """A local Debian 12 + Python 3.11 image (no registry here): debootstrap + docker import, once."""
+    if not _docker_ok():
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the Docker tests: .ci/run starts dockerd")
+        pytest.skip("no Docker engine here")
+    subprocess.run([str(SCRIPTS / "base-image.sh"), BASE_TAG], check=True, timeout=900)
+    yield BASE_TAG
+
+
+@pytest.fixture(scope="session")
+def compiler_image(base_image: str) -> Iterator[str]:
+    """The base image with build-essential (apt from Debian's mirror inside the build), once."""
+    import docker
+
+    client = docker.from_env(timeout=900)
+    try:
+        client.images.get(CC_TAG)
+    except docker.errors.ImageNotFound:
+        dockerfile = (f"FROM {base_image}\nRUN apt-get update && apt-get install -y --no-install-recommends "
+                      "build-essential && rm -rf /var/lib/apt/lists/*\n")  # fmt: skip
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "Dockerfile").write_text(dockerfile)
+            client.images.build(path=d, tag=CC_TAG, network_mode="host", rm=True)
+    finally:
+        client.close()
+    yield CC_TAG

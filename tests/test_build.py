@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,30 +17,6 @@ from envbuilder.pipeline import RunContext, Workspace, run_pipeline
 from envbuilder.resolve import ResolveStage
 from envbuilder.results import CellResult, Reason, Status
 from tests.conftest import SHARED, write
-
-BASE_TAG = "envbuilder-test/debian12-python:1"
-SCRIPTS = Path(__file__).parent / "scripts"
-
-
-def _docker_ok() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=5).ping()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.fixture(scope="session")
-def base_image() -> Iterator[str]:
-    if not _docker_ok():
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the Docker tests: .ci/run starts dockerd")
-        pytest.skip("no Docker engine here")
-    subprocess.run([str(SCRIPTS / "base-image.sh"), BASE_TAG], check=True, timeout=900)
-    yield BASE_TAG
-
 
 SMALL = """
 [matrix]

