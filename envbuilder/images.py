@@ -90,6 +90,21 @@ def docker_client() -> Any:
                            f"no Docker engine: {str(e).splitlines()[0][:200]}") from None  # fmt: skip
 
 
+def image_exists(tag: str) -> bool:
+    """Whether the Docker engine has ``tag`` (False when there is no engine)."""
+    try:
+        client = docker_client()
+    except StageFailure:
+        return False
+    try:
+        client.images.get(tag)
+        return True
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
 def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[str, str],
           nocache: bool = False) -> dict[str, Any]:  # fmt: skip
     """Build ``context`` into ``tag`` through the SDK, streaming the log; returns what it did."""

@@ -144,7 +144,7 @@ def test_venv_runner_builds_and_import_smokes(tmp_path: Path) -> None:
     b, i = r.stage("build"), r.stage("import")
     assert b is not None and b.status is Status.PASS and Path(b.details["python"]).exists()
     assert i is not None and i.status is Status.PASS and i.details["probe"]["modules"]["six"]["version"] == "1.17.0"
-    assert not list((tmp_path / "wd/venvs").glob("*.partial"))
+    assert not list((tmp_path / "wd/venvs").glob("*.partial*"))
 
 
 @pytest.mark.network
@@ -188,3 +188,46 @@ def test_offline_venv_with_provided_packages(tmp_path: Path) -> None:
     assert i["status"] == "pass", i["message"]
     site = next(Path(b["details"]["venv"]).glob("lib/python*/site-packages"))
     assert (site / "lib").is_dir() and not (site / "noise").exists()  # noise comes from the provider
+
+
+def _group_alive(pgid: int) -> bool:
+    """Processes of the group that are not zombies (a reparented zombie may wait for a busy init)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def test_a_killed_runs_build_is_stopped_before_the_next_one(tmp_path: Path) -> None:
+    """SIGKILL envbuilder mid-build: uv dies with it (PDEATHSIG), the compilers it started are stopped by the
+    next build of that cell (its pid file), so none holds uv's cache lock or burns the CPU."""
+    import json
+    import signal
+    import sys
+    import time
+
+    from envbuilder.runners import gc
+
+    script = ("import sys; from pathlib import Path; from envbuilder.runners import run_group\n"
+              f"run_group(['sh', '-c', 'sleep 300 & sleep 300 & wait'], run_dir=Path({str(tmp_path)!r}), "
+              "name='build-x', log=sys.stdout, env={'PATH': '/usr/bin:/bin'}, timeout_s=600)")  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parent.parent)
+    pidfile = tmp_path / "build-x.pid"
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    pgid = int(json.loads(pidfile.read_text())["pid"])
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    time.sleep(0.5)
+    assert _group_alive(pgid), "the compilers outlive a SIGKILLed orchestrator (what gc is for)"
+    assert gc(tmp_path, only="build-x") == [f"process group {pgid} (build-x)"]
+    deadline = time.monotonic() + 10
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(pgid) and not pidfile.exists()

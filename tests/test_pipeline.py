@@ -70,7 +70,9 @@ def test_run_kill_midway_and_resume(tmp_path: Path, llama_env: dict[str, str], c
         assert r["id"] and isinstance(r["stages"], list)
     r2 = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900,
                         env={**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
-    assert r2.returncode == 0, r2.stderr[-3000:]
+    bad = [(r["id"], s["name"], s["status"], s["reason"], s["message"]) for r in json.loads(r2.stdout or "[]")
+           for s in r["stages"] if s["status"] in ("fail", "error")]  # fmt: skip
+    assert r2.returncode == 0, (bad, r2.stderr[-3000:])
     after = {r["id"]: r for r in json.loads(r2.stdout)}
     assert len(after) == 2 and all(r["verdict"] == "pass" for r in after.values()), [r["verdict"] for r in after.values()]
     runners = {r["axes"]["os"]: next(s for s in r["stages"] if s["name"] == "build")["details"]["runner"]

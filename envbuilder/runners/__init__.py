@@ -50,7 +50,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGTERM when envbuilder dies, even by SIGKILL (Linux PR_SET_PDEATHSIG)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -105,7 +106,7 @@ class LocalRunner:
         pidfile = self.run_dir / f"{name}.pid"
         proc = subprocess.Popen(
             list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(env), start_new_session=True, preexec_fn=_die_with_parent,
+            env=dict(env), start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         handle = ProcessHandle(proc=proc, base_url=base_url)
         try:
@@ -142,12 +143,33 @@ class ExternalRunner:
         yield ExternalHandle(base_url=base_url)
 
 
-def gc(run_dir: Path, grace_s: float = 2.0) -> list[str]:
-    """Stop servers whose orchestrator died (pid files left in ``run_dir``); returns what was removed."""
+def run_group(argv: Sequence[str], *, run_dir: Path, name: str, log: IO[str], env: Mapping[str, str],
+              timeout_s: float) -> int:  # fmt: skip
+    """Run ``argv`` to completion as its own process group with a pid file (a build's uv and the compilers
+    it starts): the group is stopped on every path here, and by :func:`gc` after a SIGKILL of envbuilder.
+    A group a killed run left under the same name is stopped first. Returns the exit status (124: timeout)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    gc(run_dir, only=name)
+    pidfile = run_dir / f"{name}.pid"
+    proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=dict(env), start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+    try:
+        pidfile.write_text(json.dumps({"pid": proc.pid, "argv": list(argv), "started": time.time()}))
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return 124
+    finally:
+        stop_process_group(proc)
+        pidfile.unlink(missing_ok=True)
+
+
+def gc(run_dir: Path, grace_s: float = 2.0, only: str | None = None) -> list[str]:
+    """Stop servers and builds whose orchestrator died (pid files left in ``run_dir``; ``only``: that name)."""
     removed: list[str] = []
     if not run_dir.is_dir():
         return removed
-    for pidfile in sorted(run_dir.glob("*.pid")):
+    for pidfile in sorted(run_dir.glob(f"{only}.pid" if only else "*.pid")):
         try:
             pid = int(json.loads(pidfile.read_text())["pid"])
         except (OSError, ValueError, KeyError, TypeError):
