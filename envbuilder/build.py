@@ -198,7 +198,8 @@ class BuildStage:
         provided = provided_from(ctx)
         return {"runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": r.details.get("lock_sha256") if r else None,
                 "python": ctx.options.get("python") or cell.python, "find_links": ctx.options.get("find_links"),
-                "provided": provided.versions if provided else None}  # fmt: skip
+                "provided": provided.versions if provided else None,
+                "base_image": ctx.options.get("base_image") or ctx.matrix.build.base_image}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         if old.status is not Status.PASS:

@@ -54,9 +54,10 @@ def fresh_images(base_image: str) -> Iterator[str]:
     client.close()
 
 
-def _run(tmp_path: Path, text: str, stages: list[object], **options: object) -> list[CellResult]:
+def _run(tmp_path: Path, text: str, stages: list[object], force: frozenset[str] = frozenset(),
+         **options: object) -> list[CellResult]:  # fmt: skip
     m = matrix.load(write(tmp_path / "matrix.toml", text))
-    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options=dict(options))
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options=dict(options), force_stages=force)
     return run_pipeline(ctx, m.cells(), stages)  # type: ignore[arg-type]
 
 
@@ -90,9 +91,16 @@ def test_images_share_layers_skip_when_tagged_and_import_smoke(tmp_path: Path, f
     assert labels["envbuilder.cell"] == a.id and len(labels["envbuilder.lock-sha256"]) == 64
     dockerfile = Path(ba.details["dockerfile"]).read_text()
     assert f"FROM {base_image}" in dockerfile and "uv pip sync" in dockerfile
-    # an unchanged cell is not rebuilt: its tag exists
-    again = {r.axes["six"]: r for r in _run(tmp_path, text, stages, base_image=base_image)}
-    assert again["1.16.0"].stage("build").details["built"] is False  # type: ignore[union-attr]
+    # an unchanged cell's build result is reused while its image exists
+    again = {r.axes["six"]: r for r in _run(tmp_path, text, stages)}
+    assert again["1.16.0"].stage("build").to_json() == ba.to_json()  # type: ignore[union-attr]
+    # forced, the build finds its content tag and does not rebuild
+    forced = {r.axes["six"]: r for r in _run(tmp_path, text, stages, force=frozenset({"build"}))}
+    assert forced["1.16.0"].stage("build").details["built"] is False  # type: ignore[union-attr]
+    # the image gone, the stored result no longer counts: built again
+    client.images.remove(ba.details["image"], force=True)
+    rebuilt = {r.axes["six"]: r for r in _run(tmp_path, text, stages)}
+    assert rebuilt["1.16.0"].stage("build").details["built"] is True  # type: ignore[union-attr]
 
 
 @pytest.mark.docker
