@@ -14,13 +14,12 @@ interpreter already has (a GPU box's torch): they are kept out of resolution and
 from __future__ import annotations
 
 import enum
-import json
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,16 +182,21 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             return Outcome.BAD, f"the test did not finish in {self.timeout_s:.0f} s", ""
         text = p.stdout + p.stderr
-        line = next((ln for ln in p.stdout.splitlines() if ln.startswith(importcheck.MARK)), None)
-        if line is None:
+        probe = importcheck.read_marked(p.stdout)
+        if probe is None:
             return Outcome.BAD, f"the import probe did not run (exit {p.returncode}): {_last_line(text)}", text
-        probe = json.loads(line[len(importcheck.MARK) :])
         for name, info in probe["modules"].items():
             if not info["ok"]:
                 status, _, msg = importcheck.classify_import(name, info)
                 if status is Status.FAIL:
                     return Outcome.BAD, msg, str(info.get("traceback", ""))
         return Outcome.GOOD, "imports " + ", ".join(self.modules), ""
+
+
+def drifted(as_of: Mapping[str, str], fresh: Mapping[str, str], provided: Collection[str] = ()) -> list[str]:
+    """Packages in both locks at different versions, less the provided ones (new or dropped packages move with
+    their parents)."""
+    return sorted(n for n in as_of if n in fresh and as_of[n] != fresh[n] and n not in provided)
 
 
 def read_pins(text: str) -> dict[str, str]:
@@ -227,8 +231,7 @@ class Bisector:
 
     @property
     def drifted(self) -> list[str]:
-        """Packages in both locks at different versions (new or dropped ones move with their parents)."""
-        return sorted(n for n in self.as_of if n in self.fresh and self.as_of[n] != self.fresh[n])
+        return drifted(self.as_of, self.fresh, self.box.provided)
 
     def trial(self, pinned: Iterable[str], extra: Sequence[str] = (), *, prefer_fresh: bool = False) -> Trial:
         """Pin ``pinned`` to today's versions, prefer the as-of versions (or today's) for the rest, test."""

@@ -54,6 +54,15 @@ def site_packages(python: str) -> list[str]:
     return [str(x) for x in json.loads(p.stdout)]
 
 
+def venv_base(spec: str, *, provides: bool) -> tuple[str, list[str]]:
+    """The interpreter venvs are made from and, when its packages are provided to them, that exact
+    interpreter (not any Python of the version) with its site-packages."""
+    if not provides:
+        return spec, []
+    interpreter = find_python(spec)
+    return interpreter, site_packages(interpreter)
+
+
 def clean_env(venv: Path | None = None) -> dict[str, str]:
     """The environment for a process that must see only ``venv`` (and what it was told to provide):
     no PYTHONPATH or PYTHONHOME of ours leaking in, the venv's ``bin`` first on PATH."""
@@ -131,11 +140,8 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
     # a fresh name per attempt: a uv a killed run left behind cannot write into this one
     tmp = venv.with_name(f"{venv.name}.partial-{os.getpid()}")
     lk = lock.read(lock_path)
-    interpreter = python or cell.python
-    if provided:  # the exact interpreter whose packages are provided, not any Python of that version
-        interpreter = find_python(interpreter)
+    interpreter, paths = venv_base(python or cell.python, provides=provided is not None)
     with log_path.open("w") as log:
-        paths = site_packages(interpreter) if provided else []
         if not create_venv(interpreter, tmp, log, paths):
             shutil.rmtree(tmp, ignore_errors=True)
             raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE,

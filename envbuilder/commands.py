@@ -478,7 +478,7 @@ def _configure_bisect(p: argparse.ArgumentParser) -> None:
 def cmd_bisect(args: argparse.Namespace, ui: Ui) -> int:
     """Name the package(s) whose newer version breaks the cell, and the constraint that fixes it."""
     from envbuilder import bisect, importcheck, lock, wheelhouse
-    from envbuilder.build import find_python, offline_index_args, site_packages
+    from envbuilder.build import offline_index_args, venv_base
     from envbuilder.errors import StageFailure
     from envbuilder.pipeline import RunContext, run_pipeline
     from envbuilder.resolve import build_request
@@ -503,14 +503,14 @@ def cmd_bisect(args: argparse.Namespace, ui: Ui) -> int:
     as_of, fresh = lock.read(good).versions(), lock.read(bad).versions()
     req = build_request(m, cell, None)
     provided = wheelhouse.read_freeze(args.provided) if args.provided else {}
-    interpreter = find_python(args.python or cell.python) if provided else (args.python or cell.python)
+    interpreter, provider_paths = venv_base(args.python or cell.python, provides=bool(provided))
     box = bisect.Sandbox(
         requirements=req.requirements, constraints=req.constraints, python_version=cell.python,
         platform=req.platform, index_args=tuple(offline_index_args(args.find_links) if args.find_links
                                                 else req.index_args()),
         interpreter=interpreter, workdir=ws.root / "bisect" / cell.id, test_command=args.test,
         modules=tuple(importcheck.modules_for(m.server.engine, as_of, list(cell.requirements()))),
-        provided=frozenset(provided), provider_paths=tuple(site_packages(interpreter)) if provided else (),
+        provided=frozenset(provided), provider_paths=tuple(provider_paths),
     )  # fmt: skip
 
     def on_trial(t: bisect.Trial) -> None:
@@ -521,7 +521,7 @@ def cmd_bisect(args: argparse.Namespace, ui: Ui) -> int:
                      f" — {escape(t.message[:160])}")  # fmt: skip
 
     out = ws.root / "bisect" / cell.id / "bisect.json"
-    ui.err.print(f"bisecting {cell.id}: {len(bisect.Bisector(box, as_of, fresh).drifted)} drifted packages, "
+    ui.err.print(f"bisecting {cell.id}: {len(bisect.drifted(as_of, fresh, box.provided))} drifted packages, "
                  f"test `{escape(box.describe_test())}`")  # fmt: skip
     try:
         result = bisect.bisect(cell.id, box, as_of, fresh, jobs=args.jobs, on_trial=on_trial)

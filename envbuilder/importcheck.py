@@ -46,6 +46,12 @@ print("ENVBUILDER-JSON " + json.dumps(out))
 """
 
 
+def read_marked(output: str, mark: str = MARK) -> dict[str, Any] | None:
+    """The JSON a probe printed after ``mark`` (the rest of its output is the engine's own logging)."""
+    line = next((ln for ln in output.splitlines() if ln.startswith(mark)), None)
+    return None if line is None else dict(json.loads(line[len(mark) :]))
+
+
 def modules_for(engine: str, locked: dict[str, str], axes: list[str] | None = None) -> list[str]:
     """The cell's key modules: the engine, torch, the engine's kernel package, flash-attn-4's cute.
 
@@ -165,11 +171,10 @@ class ImportStage:
         spec = engines.engine(engine)
         mods = modules_for(engine, locked, list(cell.requirements()))
         code, out = run_in_env(build, ["-c", PROBE, *mods], timeout_s=600)
-        line = next((ln for ln in out.splitlines() if ln.startswith(MARK)), None)
-        if line is None:
+        probe = read_marked(out)
+        if probe is None:
             raise StageFailure(Status.FAIL, Reason.IMPORT_ERROR,
                                f"the import probe did not run (exit {code}): {out.strip().splitlines()[-1:] or ''}")  # fmt: skip
-        probe = json.loads(line[len(MARK):])
         details: dict[str, Any] = {"probe": probe, "modules": mods}
         failed = [(n, i) for n, i in probe["modules"].items() if not i["ok"]]
         verdicts = [classify_import(n, i) for n, i in failed]

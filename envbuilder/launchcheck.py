@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuilder.importcheck import NEEDS_GPU
+from envbuilder.importcheck import NEEDS_GPU, read_marked
 from envbuilder.results import Reason, Status
 
 MARK = "ENVBUILDER-LAUNCH "
@@ -144,10 +144,9 @@ def run(python_cmd: Sequence[str], model_config: Path, args: Sequence[str], *, t
         except subprocess.TimeoutExpired:
             return LaunchCheck(status=Status.ERROR, reason=Reason.INTERNAL_ERROR,
                                message=f"the launch check did not finish in {timeout_s:.0f} s"), {}  # fmt: skip
-        line = next((ln for ln in p.stdout.splitlines() if ln.startswith(MARK)), None)
-        if line is None:
+        probe = read_marked(p.stdout, MARK)
+        if probe is None:
             tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
             return LaunchCheck(status=Status.FAIL, reason=Reason.IMPORT_ERROR,
                                message=f"the launch check could not run: {tail}"), {"stderr": p.stderr[-3000:]}  # fmt: skip
-        probe: dict[str, Any] = json.loads(line[len(MARK):])
         return interpret(probe), probe
