@@ -28,6 +28,20 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+FAST = "not slow and not network and not docker and not engine"
+
+
+@nox.session
+def coverage(session: nox.Session) -> None:
+    """Line coverage of envbuilder across subprocesses (the CLI runs in them); the fast tier unless ARGS say else."""
+    session.env.update(CPU_ENGINE_ENV)
+    session.install("-e", ".[test]")
+    session.run("coverage", "erase")
+    session.run("coverage", "run", "-m", "pytest", *(session.posargs or ["-m", FAST]))
+    session.run("coverage", "combine", "-q")
+    session.run("coverage", "report", "--skip-covered", "--sort=cover")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy --strict."""

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+RUNS = ROOT / "tests/fixtures/sglang-runs"
 
 NINE = """
 [matrix]
@@ -117,7 +117,7 @@ def bench_monitor() -> dict[str, float]:
     from envbuilder.runners import LocalRunner
 
     replay = ROOT / "tests/replay_sglang.py"
-    runs = SHARED / "sglang-runs"
+    runs = RUNS
     cases = [("0.5.11-h200/oom.log", "-9"), ("0.5.11-fresh-lock-import-failure.log", "1"), ("0.5.11-h200/plain.log", None),
              ("0.5.11-h200-qwen3next/nextn-refused-radix-cache.log", "1")]  # fmt: skip
     reactions: dict[str, list[float]] = {}

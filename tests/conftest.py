@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+RUNS = FIXTURES / "sglang-runs"  # real SGLang 0.5.11 recordings (H200), trimmed to what the tests read
 
 
 @dataclass

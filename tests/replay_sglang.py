@@ -3,7 +3,7 @@ compressed), then the answers recorded from that server's endpoints, then the ex
 
     python tests/replay_sglang.py --log LOG [--answers JSON] [--port N] [--compress 20] [--exit CODE]
 
-Built only from real output recorded on an H200 (../shared/sglang-runs/); it is the fake of what
+Built only from real output recorded on an H200 (tests/fixtures/sglang-runs/); it is the fake of what
 cannot run here (a GPU), used to test the monitor and the SGLang code paths of the checks.
 Negative ``--exit`` codes kill the process with that signal (the OOM run ended by SIGKILL).
 """

@@ -16,7 +16,7 @@ from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
 from envbuilder.resolve import ResolveStage
 from envbuilder.results import CellResult, Reason, Status
-from tests.conftest import SHARED, write
+from tests.conftest import RUNS, write
 
 SMALL = """
 [matrix]
@@ -130,7 +130,7 @@ def test_base_image_table_and_driver_bake(tmp_path: Path) -> None:
 
 
 def test_flag_check_with_recorded_0_5_11_help() -> None:
-    options = help_options((SHARED / "sglang-runs/0.5.11-h200/launch_server_help.txt").read_text())
+    options = help_options((RUNS / "0.5.11-h200/launch_server_help.txt").read_text())
     production = list(matrix.PRODUCTION_SGLANG_ARGS)
     problems, notes = check_flags(production, options)
     assert problems == [] and notes == []

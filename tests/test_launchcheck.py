@@ -7,11 +7,11 @@ from pathlib import Path
 from envbuilder import launchcheck
 from envbuilder.monitor import last_traceback, read_log
 from envbuilder.results import Reason, Status
-from tests.conftest import FIXTURES, SHARED
+from tests.conftest import FIXTURES, RUNS
 
 
 def test_recorded_nextn_refusal_is_bad_config_with_fixes() -> None:
-    lines = read_log(SHARED / "sglang-runs/0.5.11-h200-qwen3next/nextn-refused-radix-cache.log")
+    lines = read_log(RUNS / "0.5.11-h200-qwen3next/nextn-refused-radix-cache.log")
     tb, final = last_traceback(lines)
     assert final is not None and "_handle_mamba_radix_cache" in "\n".join(tb)
     v = launchcheck.interpret({"ok": False, "error": final, "traceback": "\n".join(tb)})

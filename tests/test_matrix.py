@@ -95,7 +95,9 @@ def test_hash_changes_with_settings_but_id_does_not(tmp_path: Path) -> None:
     a = matrix.load(write(tmp_path / "a.toml", BASE_AXES)).cells()[0]
     b = matrix.load(write(tmp_path / "b.toml", BASE_AXES + "[model]\ntp = 1\n")).cells()[0]
     assert a.id == b.id and a.hash != b.hash
-    assert hash(a) != hash(b) and a == a
+    again = matrix.load(write(tmp_path / "a2.toml", BASE_AXES)).cells()[0]
+    assert a == again and hash(a) == hash(again)
+    assert a != b and hash(a) != hash(b)
 
 
 def test_select_by_glob_and_axis(tmp_path: Path) -> None:
@@ -142,7 +144,8 @@ def test_bad_matrix_gives_one_line_and_exit_2(case: str, tmp_path: Path) -> None
     assert r.code == 2, r
     lines = r.err.strip().splitlines()
     assert len(lines) == 1, r.err
-    assert (str(p) in lines[0] and expected in lines[0].replace('"', "'")) or expected in lines[0], lines[0]
+    assert f"{p}: " in lines[0], lines[0]
+    assert expected.replace('"', "'") in lines[0].replace('"', "'"), lines[0]
     assert "Traceback" not in r.err
 
 
@@ -179,7 +182,8 @@ def test_malformed_matrices_never_traceback(doc: dict[str, object]) -> None:
     except InputError as e:
         line = str(e)
         assert line.startswith("matrix.toml: ") and "\n" not in line
-        assert e.key or "matrix.toml" in line
+        assert e.key, line  # names the key, not only the file
+        assert line.startswith(f"matrix.toml: {e.key}: ")
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

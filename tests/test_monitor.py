@@ -11,9 +11,8 @@ import pytest
 from envbuilder import engines, monitor
 from envbuilder.results import Reason, Status
 from envbuilder.runners import LocalRunner, free_port
-from tests.conftest import SHARED
+from tests.conftest import RUNS
 
-RUNS = SHARED / "sglang-runs"
 REPLAY = Path(__file__).parent / "replay_sglang.py"
 
 CASES = [

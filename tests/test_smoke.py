@@ -17,10 +17,10 @@ from envbuilder import matrix
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
 from envbuilder.results import CellResult, Reason, Status
 from envbuilder.smoke import SmokeStage
-from tests.conftest import LLAMA_CELL, ROOT, SHARED, envbuilder, write
+from tests.conftest import LLAMA_CELL, ROOT, RUNS, envbuilder, write
 
 REPLAY = Path(__file__).parent / "replay_sglang.py"
-H200 = SHARED / "sglang-runs/0.5.11-h200"
+H200 = RUNS / "0.5.11-h200"
 SPEC_ARGS = ('"--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/models/smollm2", '
              '"--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"')
 
