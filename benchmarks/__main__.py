@@ -49,6 +49,8 @@ sglang = "0.5.11"
 cuda = "13.0"
 os = "ubuntu24.04"
 python = "3.12"
+[model]
+path = "Qwen/Qwen3.6-27B"
 """
 
 
@@ -64,7 +66,7 @@ def bench_resolve() -> dict[str, float]:
         m9 = Path(d) / "nine.toml"
         m9.write_text(NINE)
         m1 = Path(d) / "one.toml"
-        m1.write_text('[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n')
+        m1.write_text('[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n[model]\npath = "Qwen/Qwen3.6-27B"\n')
         one, p1 = envbuilder("--matrix", str(m1), "--workdir", f"{d}/w1", "resolve", env={"UV_CACHE_DIR": f"{d}/c1"})
         nine, p9 = envbuilder("--matrix", str(m9), "--workdir", f"{d}/w9", "resolve", env={"UV_CACHE_DIR": f"{d}/c9"})
         warm, pw = envbuilder("--matrix", str(m9), "--workdir", f"{d}/w9", "resolve", env={"UV_CACHE_DIR": f"{d}/c9"})
@@ -85,7 +87,7 @@ def bench_build() -> dict[str, float]:
             client.images.remove(tag, force=True)
     subprocess.run([str(ROOT / "tests/scripts/base-image.sh")], check=True)
     text = ('[matrix]\nbench_six = ["0"]\nsix = ["1.16.0", "1.17.0"]\ncuda = ["none"]\nos = ["debian12"]\npython = ["3.11"]\n'
-            '[server]\nengine = "llama-cpp"\nargs = []\n[resolve]\nextra = ["packaging==24.2"]\nas_of = "fresh"\n'
+            '[model]\npath = "Qwen/Qwen3.6-27B"\n[server]\nengine = "llama-cpp"\nargs = []\n[resolve]\nextra = ["packaging==24.2"]\nas_of = "fresh"\n'
             '[build]\nrunner = "docker"\nbase_image = "envbuilder-test/debian12-python:1"\n')  # fmt: skip
     text = text.replace('bench_six = ["0"]\n', "")
     out: dict[str, float] = {}

@@ -35,6 +35,10 @@ class _Parser(argparse.ArgumentParser):
         raise InputError("command line", None, f"{message} (see `{self.prog} --help`)")
 
 
+def _in_github_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
 @dataclass(frozen=True)
 class Ui:
     """Where the CLI writes: results to stdout, progress and messages to stderr."""
@@ -45,14 +49,12 @@ class Ui:
     verbose: bool
 
     def group(self, title: str) -> None:
-        """Fold the following log lines in CI logs (GitHub Actions ``::group::``)."""
-        if os.environ.get("GITHUB_ACTIONS") == "true":
+        """Open a fold in CI logs (GitHub Actions ``::group::``); nothing elsewhere."""
+        if _in_github_actions():
             print(f"::group::{title}", file=sys.stderr, flush=True)
-        else:
-            self.err.rule(title, style="dim")
 
     def endgroup(self) -> None:
-        if os.environ.get("GITHUB_ACTIONS") == "true":
+        if _in_github_actions():
             print("::endgroup::", file=sys.stderr, flush=True)
 
     def print_json(self, obj: Any) -> None:
@@ -126,7 +128,10 @@ def run_stages(args: argparse.Namespace, ui: Ui, stages: Sequence[Stage], **opti
         force |= {s.name for s in stages}
     ctx = RunContext(matrix=m, workspace=Workspace(args.workdir), host_facts=host_facts,
                      force_stages=frozenset(force), options=options, events=_progress(ui))  # fmt: skip
-    results = run_pipeline(ctx, cells, stages)
+    try:
+        results = run_pipeline(ctx, cells, stages)
+    finally:
+        ui.endgroup()  # closes the last stage's fold (a no-op outside CI)
     names = [s.name for s in stages]
     if ui.json:
         ui.print_json([r.to_json() for r in results])
@@ -162,8 +167,17 @@ def results_table(results: Sequence[CellResult], stage_names: Sequence[str]) -> 
 
 
 def _progress(ui: Ui) -> Callable[[StageEvent], None]:
+    folded: list[str] = []  # the stage whose lines the CI log folds now (stages run one after another)
+
     def on_event(ev: StageEvent) -> None:
-        if ui.json or ev.result is None:
+        if ev.result is None:
+            if folded[-1:] != [ev.stage]:
+                if folded:
+                    ui.endgroup()
+                folded.append(ev.stage)
+                ui.group(f"envbuilder {ev.stage}")
+            return
+        if ui.json:
             return
         r = ev.result
         style = STATUS_STYLE[r.status.value]

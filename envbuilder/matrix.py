@@ -47,17 +47,6 @@ _PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 _AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9.+-]")
 
-# The production launch flags of the seeds' deployment (Qwen3.6-27B with MTP through NEXTN).
-PRODUCTION_SGLANG_ARGS = (
-    "--speculative-algorithm", "NEXTN",
-    "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1",
-    "--speculative-num-draft-tokens", "4",
-    "--reasoning-parser", "qwen3",
-    "--tool-call-parser", "qwen3_coder",
-)  # fmt: skip
-
-
 def platforms() -> dict[str, dict[str, str]]:
     """The OS table (``envbuilder/data/platforms.toml``): os name -> glibc and CUDA image suffix."""
     text = resources.files("envbuilder").joinpath("data/platforms.toml").read_text()
@@ -74,8 +63,8 @@ def platforms() -> dict[str, dict[str, str]]:
 class ModelConfig:
     """``[model]``: what is served."""
 
-    path: str = "Qwen/Qwen3.6-27B"  # local directory, a .gguf file, or a hub id
-    tp: int = 2
+    path: str  # required: a local directory, a .gguf file, or a hub id
+    tp: int = 1
     context_length: int = 131072
     parameters: int | None = None  # parameter count, when the model is not local
     dtype: str = "bfloat16"
@@ -89,8 +78,8 @@ class ServerConfig:
     """``[server]``: how the engine is started."""
 
     engine: Literal["sglang", "llama-cpp"] = "sglang"
-    args: tuple[str, ...] = PRODUCTION_SGLANG_ARGS
-    command: tuple[str, ...] | None = None  # custom launch with {host} {port} {model}
+    args: tuple[str, ...] = ()  # extra launch flags, appended to the engine's launch or to a custom command
+    command: tuple[str, ...] | None = None  # custom launch with {host} {port} {model}; args are appended
     base_url: str | None = None  # where a custom or external server answers
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port
@@ -223,7 +212,7 @@ class Matrix:
     axes: tuple[tuple[str, tuple[str, ...]], ...]
     include: tuple[tuple[tuple[str, str], ...], ...] = ()
     exclude: tuple[tuple[tuple[str, str], ...], ...] = ()
-    model: ModelConfig = ModelConfig()
+    model: ModelConfig
     server: ServerConfig = ServerConfig()
     smoke: SmokeConfig = SmokeConfig()
     resolve: ResolveConfig = ResolveConfig()
@@ -438,6 +427,9 @@ def _load_section(cls: type[Any], table: Any, section: str, where: str) -> Any:
         if key not in names:
             raise InputError(where, f"[{section}].{key}", f"unknown key{did_you_mean(key, names)}")
         kwargs[key] = _coerce(value, hints[key], where, f"[{section}].{key}")
+    for f in dataclasses.fields(cls):
+        if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise InputError(where, f"[{section}].{f.name}", "missing: this key is required")
     return cls(**kwargs)
 
 

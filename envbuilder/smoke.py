@@ -97,11 +97,10 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
     build = prior.stage("build")
     if build is None or build.status is not Status.PASS:
         raise StageFailure(Status.SKIP, Reason.PREREQUISITE_FAILED, "no built environment for this cell")
-    version = cell.requirements().get(spec.package)
     if build.details.get("runner") == "venv":
         python = str(build.details["python"])
         model = resolve_model_path(m, python_runner(python))
-        argv = engines.launch_argv(spec, python, model, host, port, user_args, version, tp=m.model.tp,
+        argv = engines.launch_argv(spec, python, model, host, port, user_args, tp=m.model.tp,
                                    context_length=_ctx_len(m))  # fmt: skip
         return Launch(argv=argv, env=env, base_url=f"http://{host}:{port}", runner="local", model=model)
     image = str(build.details["image"])
@@ -109,7 +108,7 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
 
     model = resolve_model_path(m, lambda argv: run_in_env(build, argv, timeout_s=120))
     in_image = "/model" if Path(model).exists() else model  # a local model is mounted at /model
-    argv = engines.launch_argv(spec, "python3", in_image, "0.0.0.0", port, user_args, version, tp=m.model.tp,
+    argv = engines.launch_argv(spec, "python3", in_image, "0.0.0.0", port, user_args, tp=m.model.tp,
                                context_length=_ctx_len(m))  # fmt: skip
     return Launch(argv=argv, env=dict(m.server.env), base_url=f"http://{host}:{port}", runner="docker",
                   model=model, image=image)  # fmt: skip

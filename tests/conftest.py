@@ -37,13 +37,15 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-BASE_AXES = """
+AXES = """
 [matrix]
 sglang = ["0.5.11"]
 cuda = ["13.0"]
 os = ["ubuntu24.04"]
 python = ["3.12"]
 """
+MODEL = '[model]\npath = "Qwen/Qwen3.6-27B"\n'  # [model] path is required
+BASE_AXES = AXES + MODEL  # ends inside [model]: append `key = value` lines to set more of it
 
 
 LLAMA_CELL = """

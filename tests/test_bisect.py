@@ -26,6 +26,8 @@ app = ["1.0"]
 cuda = ["none"]
 os = ["debian12"]
 python = ["3.11"]
+[model]
+path = "Qwen/Qwen3.6-27B"
 [resolve]
 indexes = ["{url}"]
 as_of = "release"

@@ -16,7 +16,7 @@ from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
 from envbuilder.resolve import ResolveStage
 from envbuilder.results import CellResult, Reason, Status
-from tests.conftest import RUNS, write
+from tests.conftest import ROOT, RUNS, write
 
 SMALL = """
 [matrix]
@@ -24,6 +24,8 @@ six = ["1.16.0", "1.17.0"]
 cuda = ["none"]
 os = ["debian12"]
 python = ["3.11"]
+[model]
+path = "Qwen/Qwen3.6-27B"
 [server]
 engine = "llama-cpp"
 args = []
@@ -131,7 +133,7 @@ def test_base_image_table_and_driver_bake(tmp_path: Path) -> None:
 
 def test_flag_check_with_recorded_0_5_11_help() -> None:
     options = help_options((RUNS / "0.5.11-h200/launch_server_help.txt").read_text())
-    production = list(matrix.PRODUCTION_SGLANG_ARGS)
+    production = list(matrix.load(ROOT / "matrix.toml").server.args)  # the production launch flags
     problems, notes = check_flags(production, options)
     assert problems == [] and notes == []
     problems, notes = check_flags(["--speculative-algo", "NEXTN", "--cuda-graph-max-bs", "8"], options)
@@ -173,7 +175,7 @@ def test_offline_venv_with_provided_packages(tmp_path: Path) -> None:
     wd = tmp_path / "wd"
     with serve(idx):
         m = write(tmp_path / "matrix.toml", f'[matrix]\napp = ["1.0"]\ncuda = ["none"]\nos = ["debian12"]\n'
-                                            f'python = ["3.11"]\n[resolve]\nindexes = ["{idx.url}"]\n[build]\nrunner = "venv"\n')  # fmt: skip
+                                            f'python = ["3.11"]\n[model]\npath = "Qwen/Qwen3.6-27B"\n[resolve]\nindexes = ["{idx.url}"]\n[build]\nrunner = "venv"\n')  # fmt: skip
         assert envbuilder("--matrix", str(m), "--workdir", str(wd), "resolve").code == 0
         provider = tmp_path / "provider"
         subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(provider)], check=True)

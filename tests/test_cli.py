@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from envbuilder import cli
+from envbuilder.pipeline import StageEvent
+from envbuilder.results import StageResult, Status
 from tests.conftest import ROOT, envbuilder, write
 
 
@@ -54,3 +59,23 @@ def test_the_wheel_carries_its_data_files(tmp_path: Path) -> None:
                    "envbuilder/rules/arch.toml", "envbuilder/data/platforms.toml", "envbuilder/prompts/smollm2.toml",
                    "envbuilder/prompts/qwen3.toml"):
         assert needed in names, needed
+
+
+
+def test_ci_logs_fold_per_stage_under_github_actions(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under GitHub Actions each stage's lines sit in one ``::group::`` fold; elsewhere no markers."""
+    def feed() -> list[str]:
+        out, err = cli._consoles(False)
+        ui = cli.Ui(out=out, err=err, json=False, verbose=False)
+        on_event = cli._progress(ui)
+        for stage in ("resolve", "precheck"):
+            for cell in ("a", "b"):
+                on_event(StageEvent(cell_id=cell, stage=stage))
+                on_event(StageEvent(cell_id=cell, stage=stage, result=StageResult(name=stage, status=Status.PASS)))
+        ui.endgroup()
+        return [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("::")]
+
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert feed() == ["::group::envbuilder resolve", "::endgroup::", "::group::envbuilder precheck", "::endgroup::"]
+    monkeypatch.setenv("GITHUB_ACTIONS", "")
+    assert feed() == []

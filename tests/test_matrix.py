@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from envbuilder import matrix
 from envbuilder.errors import InputError
-from tests.conftest import BASE_AXES, ROOT, envbuilder, write
+from tests.conftest import AXES, BASE_AXES, ROOT, envbuilder, write
 
 # --- GitHub Actions' documented examples, verbatim ------------------------------------------
 
@@ -93,7 +93,7 @@ def test_cell_ids_and_hashes_are_stable_across_processes() -> None:
 
 def test_hash_changes_with_settings_but_id_does_not(tmp_path: Path) -> None:
     a = matrix.load(write(tmp_path / "a.toml", BASE_AXES)).cells()[0]
-    b = matrix.load(write(tmp_path / "b.toml", BASE_AXES + "[model]\ntp = 1\n")).cells()[0]
+    b = matrix.load(write(tmp_path / "b.toml", BASE_AXES + "tp = 1\n")).cells()[0]
     assert a.id == b.id and a.hash != b.hash
     again = matrix.load(write(tmp_path / "a2.toml", BASE_AXES)).cells()[0]
     assert a == again and hash(a) == hash(again)
@@ -116,8 +116,8 @@ def test_select_by_glob_and_axis(tmp_path: Path) -> None:
 BAD = {
     "bad toml": ("[matrix\n", "invalid TOML"),
     "unknown section": (BASE_AXES + "[modle]\npath='x'\n", "[modle]: unknown section (did you mean 'model'?)"),
-    "unknown key": (BASE_AXES + "[model]\ncontext_lenght = 5\n", "[model].context_lenght: unknown key (did you mean 'context_length'?)"),
-    "wrong type": (BASE_AXES + "[model]\ntp = 'two'\n", "[model].tp: must be an integer"),
+    "unknown key": (BASE_AXES + "context_lenght = 5\n", "[model].context_lenght: unknown key (did you mean 'context_length'?)"),
+    "wrong type": (BASE_AXES + "tp = 'two'\n", "[model].tp: must be an integer"),
     "bad cuda": (BASE_AXES.replace('cuda = ["13.0"]', 'cuda = ["13.0", "12.x"]'), '[matrix].cuda[1]: "12.x" is not a CUDA version'.replace('"', "'")),
     "float cuda": (BASE_AXES.replace('cuda = ["13.0"]', "cuda = [12.8]"), "[matrix].cuda[0]: 12.8 must be a string"),
     "empty axis": (BASE_AXES.replace('cuda = ["13.0"]', "cuda = []"), "[matrix].cuda: is empty"),
@@ -132,6 +132,7 @@ BAD = {
     "bad as_of": (BASE_AXES + "[resolve]\nas_of = 'yesterday'\n", "[resolve].as_of"),
     "runner unknown axis": (BASE_AXES + "[build.runners]\n'gpu=h200' = 'docker'\n", "[build].runners.'gpu=h200': no axis 'gpu'"),
     "runner bad value": (BASE_AXES + "[build.runners]\n'sglang=0.5.11' = 'podman'\n", "[build].runners.sglang=0.5.11: 'podman' is not one of"),
+    "missing model path": (AXES + "[model]\ntp = 1\n", "[model].path: missing"),
     "missing axis": ('[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\n', "[matrix].python: missing"),
 }
 
@@ -156,7 +157,8 @@ _axis = st.sampled_from(["sglang", "cuda", "driver", "os", "python", "flash_attn
 
 @st.composite
 def malformed(draw: st.DrawFn) -> dict[str, object]:
-    doc: dict[str, object] = {"matrix": {"sglang": ["0.5.11"], "cuda": ["13.0"], "os": ["ubuntu24.04"], "python": ["3.12"]}}
+    doc: dict[str, object] = {"matrix": {"sglang": ["0.5.11"], "cuda": ["13.0"], "os": ["ubuntu24.04"], "python": ["3.12"]},
+                              "model": {"path": "m"}}
     kind = draw(st.sampled_from(["axis", "section", "key", "include", "exclude"]))
     m = doc["matrix"]
     assert isinstance(m, dict)
@@ -190,7 +192,7 @@ def test_malformed_matrices_never_traceback(doc: dict[str, object]) -> None:
 @given(st.sampled_from(["tp", "context_length", "parameters", "path"]), st.sampled_from(["[1]", "{a=1}", "true", "'x'", "-3"]))
 def test_malformed_matrix_cli_exit_2(tmp_path: Path, key: str, value: str) -> None:
     """Through the real CLI: exit 2, no traceback, the message names the key."""
-    p = write(tmp_path / "m.toml", BASE_AXES + f"[model]\n{key} = {value}\n")
+    p = write(tmp_path / "m.toml", AXES + f"[model]\n{key} = {value}\n" + ("" if key == "path" else 'path = "m"\n'))
     r = envbuilder("--matrix", str(p), "expand")
     if r.code == 0:
         return  # a valid value for that key

@@ -131,7 +131,7 @@ class _After(_Boom):
 
 def test_one_bad_cell_never_stops_the_others_and_dependents_abort(tmp_path: Path) -> None:
     m = matrix.load(write(tmp_path / "m.toml", '[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\n'
-                          'python = ["3.10", "3.11", "3.12"]\n'))
+                          'python = ["3.10", "3.11", "3.12"]\n[model]\npath = "Qwen/Qwen3.6-27B"\n'))
     ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"))
     res = {r.axes["python"]: r for r in run_pipeline(ctx, m.cells(), [_Boom(), _After()])}
     assert res["3.10"].verdict is Status.PASS

@@ -129,7 +129,7 @@ def test_qwen36_27b_fits_two_a6000_not_one(tmp_path: Path) -> None:
 def test_hybrid_kv_only_in_full_attention_layers() -> None:
     cfg = model.read_config(FIXTURES / "models/qwen3.6-27b/config.json")
     assert model.full_attention_layers(cfg) == (16, 48)
-    fp = model.footprint(matrix.ModelConfig(config=str(FIXTURES / "models/qwen3.6-27b/config.json"), parameters=27_800_000_000), Path())
+    fp = model.footprint(matrix.ModelConfig(path="Qwen/Qwen3.6-27B", config=str(FIXTURES / "models/qwen3.6-27b/config.json"), parameters=27_800_000_000), Path())
     assert fp is not None
     assert fp.kv_bytes_per_token == 2 * 16 * 4 * 256 * 2  # 64 KiB per token, 16 of 64 layers
     assert fp.state_bytes_per_sequence > 0
@@ -155,7 +155,7 @@ def test_unknown_model_size_is_skip(tmp_path: Path) -> None:
 @pytest.mark.network
 def test_precheck_cli_with_hand_written_facts(tmp_path: Path) -> None:
     m = write(tmp_path / "m.toml", '[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n'
-              'driver = ["host", "590.48.01"]\n[model]\nparameters = 27_800_000_000\n')
+              'driver = ["host", "590.48.01"]\n[model]\npath = "Qwen/Qwen3.6-27B"\ntp = 2\nparameters = 27_800_000_000\n')
     f = write(tmp_path / "facts.json", json.dumps({"driver": {"kernel_module": "580.126.09", "userspace": "580.126.09"},
                                                    "gpus": [A6000, A6000], "glibc": "2.35"}))
     r = envbuilder("--matrix", str(m), "--workdir", str(tmp_path / "wd"), "precheck", "--host-facts", str(f), "--json")

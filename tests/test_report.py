@@ -122,7 +122,7 @@ def test_report_all_writes_every_format(tmp_path: Path) -> None:
 
 @pytest.mark.network
 def test_pin_refuses_unpassed_then_check_and_watch_dry_run(tmp_path: Path) -> None:
-    m = write(tmp_path / "m.toml", '[matrix]\nsglang = ["0.5.10"]\ncuda = ["12.8"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n')
+    m = write(tmp_path / "m.toml", '[matrix]\nsglang = ["0.5.10"]\ncuda = ["12.8"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n[model]\npath = "Qwen/Qwen3.6-27B"\n')
     base = ("--matrix", str(m), "--workdir", str(tmp_path / "wd"))
     assert envbuilder(*base, "resolve").code == 0
     cell = "sglang-0.5.10_cu12.8_drv-host_ubuntu24.04_py3.12"

@@ -55,6 +55,8 @@ flash_attn_4 = "none"
 cuda = "13.0"
 os = "ubuntu24.04"
 python = "3.12"
+[model]
+path = "Qwen/Qwen3.6-27B"
 """
 
 
@@ -107,7 +109,7 @@ def lock_version(key: dict[str, str], name: str) -> str:
 @pytest.mark.network
 def test_live_drift_lists_kernels(tmp_path: Path) -> None:
     text = 'sglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n'
-    (r,) = _run(tmp_path, "[matrix]\n" + text, drift=True)
+    (r,) = _run(tmp_path, "[matrix]\n" + text + '[model]\npath = "Qwen/Qwen3.6-27B"\n', drift=True)
     s = r.stage("resolve")
     assert s is not None and s.status is Status.PASS
     drift = {d["name"]: d for d in s.details["drift"]}
@@ -117,7 +119,7 @@ def test_live_drift_lists_kernels(tmp_path: Path) -> None:
 
 @pytest.mark.network
 def test_live_cli_resolve_then_cached(tmp_path: Path) -> None:
-    m = write(tmp_path / "m.toml", '[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n')
+    m = write(tmp_path / "m.toml", '[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n[model]\npath = "Qwen/Qwen3.6-27B"\n')
     args = ("--matrix", str(m), "--workdir", str(tmp_path / "wd"), "resolve", "--json")
     first = envbuilder(*args)
     assert first.code == 0, first.err
@@ -137,7 +139,7 @@ def test_live_cli_resolve_then_cached(tmp_path: Path) -> None:
 
 
 def _cells(index_url: str, axes: str, extra: str = "") -> str:
-    return f'[matrix]\n{axes}\n[server]\nengine = "llama-cpp"\n[resolve]\nindexes = ["{index_url}"]\n{extra}'
+    return f'[matrix]\n{axes}\n[model]\npath = "Qwen/Qwen3.6-27B"\n[server]\nengine = "llama-cpp"\n[resolve]\nindexes = ["{index_url}"]\n{extra}'
 
 
 def test_conflicting_pins_are_explained(tmp_path: Path) -> None:

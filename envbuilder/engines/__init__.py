@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-
-from packaging.version import InvalidVersion, Version
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,21 +36,6 @@ class EngineSpec:
     ready: tuple[re.Pattern[str], ...]
     milestones: tuple[Milestone, ...]
     failures: tuple[FailurePattern, ...]
-    # flag -> version from which it is gone (argparse then sees an unknown or ambiguous flag)
-    removed_flags: dict[str, str] = field(default_factory=dict)
-
-    def supports(self, flag: str, version: str | None) -> bool:
-        gone = self.removed_flags.get(flag)
-        if gone is None or version is None:
-            return True
-        try:
-            return Version(version) < Version(gone)
-        except InvalidVersion:
-            return True
-
-    def filter_flags(self, args: Sequence[str], version: str | None) -> list[str]:
-        """Drop flags (and their values) that the engine version no longer has."""
-        return drop_flags(args, lambda flag: flag.startswith("--") and not self.supports(flag, version))
 
 
 def drop_flags(args: Sequence[str], unwanted: Callable[[str], bool]) -> list[str]:
@@ -107,7 +90,6 @@ SGLANG = EngineSpec(
         ),
         FailurePattern(reason="crash", pattern=_re(r"Scheduler hit an exception")),
     ),
-    removed_flags={"--cuda-graph-max-bs": "0.5.23"},
 )
 
 LLAMA_CPP = EngineSpec(
@@ -134,12 +116,10 @@ def engine(name: str) -> EngineSpec:
 
 
 def launch_argv(spec: EngineSpec, python: str, model: str, host: str, port: int, user_args: Sequence[str],
-                version: str | None, *, tp: int = 1, context_length: int | None = None,
-                adapter_args: Sequence[str] = ()) -> list[str]:  # fmt: skip
+                *, tp: int = 1, context_length: int | None = None) -> list[str]:
     """The launch command of an engine for one cell.
 
-    The adapter's own flags are filtered by version (a flag the version no longer has is left out);
-    the user's ``[server] args`` pass through untouched, so the import stage can report them.
+    The user's ``[server] args`` pass through untouched (appended last), so the import stage can report them.
     """
     if spec.name == "sglang":
         argv = [python, "-m", spec.module, "--model-path", model, "--host", host, "--port", str(port)]
@@ -152,4 +132,4 @@ def launch_argv(spec: EngineSpec, python: str, model: str, host: str, port: int,
         argv = [python, "-m", spec.module, "--model", model, "--host", host, "--port", str(port)]
         if context_length:
             argv += ["--n_ctx", str(context_length)]
-    return argv + spec.filter_flags(adapter_args, version) + list(user_args)
+    return argv + list(user_args)
