@@ -93,7 +93,7 @@ def test_cell_ids_and_hashes_are_stable_across_processes() -> None:
 
 def test_hash_changes_with_settings_but_id_does_not(tmp_path: Path) -> None:
     a = matrix.load(write(tmp_path / "a.toml", BASE_AXES)).cells()[0]
-    b = matrix.load(write(tmp_path / "b.toml", BASE_AXES + "tp = 1\n")).cells()[0]
+    b = matrix.load(write(tmp_path / "b.toml", BASE_AXES + "tp = 2\n")).cells()[0]
     assert a.id == b.id and a.hash != b.hash
     again = matrix.load(write(tmp_path / "a2.toml", BASE_AXES)).cells()[0]
     assert a == again and hash(a) == hash(again)
