@@ -188,6 +188,10 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["table", "md", "html", "json", "junit"], default="table")
     p.add_argument("--output", type=Path, help="write there instead of stdout")
     p.add_argument("--all", action="store_true", help="write every format to <workdir>/reports/")
+    p.add_argument("--rows", metavar="AXIS", help="matrix view: the axis down (default: sglang)")
+    p.add_argument("--cols", metavar="AXIS[,AXIS]", help="matrix view: the axes across (default: cuda,driver)")
+    p.add_argument("--ids", action="store_true", help="matrix view in the terminal: show each cell's id")
+    p.add_argument("--expand", action="store_true", help="html: every cell's section open (printing, screenshots)")
 
 
 def load_results(args: argparse.Namespace) -> list[CellResult]:
@@ -203,23 +207,30 @@ def load_results(args: argparse.Namespace) -> list[CellResult]:
 
 def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
     from envbuilder import report
-    from envbuilder.cli import exit_code, results_table
+    from envbuilder.cli import exit_code
+    from envbuilder.report import grid, terminal
 
     results = load_results(args)
+    layout = grid.build(results, args.rows, args.cols)  # an unknown axis is an input error before anything is written
+    view = terminal.render(results, layout, ids=args.ids)
     if args.all:
         out_dir = Workspace(args.workdir).reports
         for fmt in ("md", "html", "json", "junit"):
-            atomic.write_text(out_dir / f"envbuilder.{report.EXT[fmt]}", report.render(results, fmt))
-        ui.out.print(results_table(results, report.stage_columns(results)))
+            text = report.render(results, fmt, workdir=args.workdir, page_dir=out_dir, rows=args.rows, cols=args.cols,
+                                 expand=args.expand)
+            atomic.write_text(out_dir / f"envbuilder.{report.EXT[fmt]}", text)
+        ui.out.print(view, width=min(ui.out.width, terminal.WIDTH))
         ui.err.print(f"reports written to {out_dir}/ (md, html, json, junit)")
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
             with Path(summary).open("a") as f:
-                f.write(report.to_markdown(results))
+                f.write(report.to_markdown(results, rows=args.rows, cols=args.cols))
     elif args.format == "table":
-        ui.out.print(results_table(results, report.stage_columns(results)))
+        ui.out.print(view, width=min(ui.out.width, terminal.WIDTH))
     else:
-        text = report.render(results, args.format)
+        page_dir = args.output.parent if args.output else Path.cwd()
+        text = report.render(results, args.format, workdir=args.workdir, page_dir=page_dir, rows=args.rows, cols=args.cols,
+                             expand=args.expand)
         if args.output:
             atomic.write_text(args.output, text)
         else:
@@ -227,7 +238,7 @@ def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
     return exit_code(results, list(report.STAGES))
 
 
-register("report", "the compatibility table: table, md, html, json or junit", _configure_report, cmd_report)
+register("report", "the matrix view and every cell: table (terminal), md, html, json or junit", _configure_report, cmd_report)
 
 
 def _one_cell(args: argparse.Namespace) -> tuple[Any, Any]:

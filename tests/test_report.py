@@ -61,7 +61,8 @@ def test_html_is_one_page_with_escaped_model_output() -> None:
     assert "script" not in p.tags  # the model's <script> is text, not markup
     assert any(EVIL in t for t in p.text)
     assert "&lt;script&gt;" in html and "<link" not in html and "src=" not in html  # self-contained
-    assert p.tags.count("tr") == 4
+    assert p.tags.count("details") == 3  # one collapsed section per cell
+    assert html.count('class="sq ') == 3 and html.count('class="rowh"') == 3  # the matrix: one row per sglang
 
 
 def test_junit_one_testcase_per_cell_and_stage() -> None:

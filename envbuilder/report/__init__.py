@@ -1,5 +1,6 @@
-"""Reports of the compatibility table: text table (rich), Markdown, one self-contained HTML page, JSON
-(the result contract), JUnit XML (one test per cell × stage)."""
+"""Reports of the compatibility table: the matrix view in the terminal (rich, :mod:`.terminal`), Markdown, one
+self-contained HTML page (matrix view + a section per cell), JSON (the result contract), JUnit XML (one test
+per cell × stage)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from pathlib import Path
 import jinja2
 
 from envbuilder import __version__
+from envbuilder.report import grid, svg
+from envbuilder.report import upgrade as upgrade_mod
+from envbuilder.report.upgrade import Upgrade
+from envbuilder.report.views import cell_view
 from envbuilder.results import CellResult, StageResult, Status
 
 STAGES = ("resolve", "precheck", "build", "import", "smoke")
@@ -55,15 +60,42 @@ def label(s: StageResult) -> str:
     return s.status.value if s.reason.value == "ok" else f"{s.status.value}: {s.reason.value}"
 
 
-def to_markdown(results: Sequence[CellResult], title: str = "envbuilder compatibility table") -> str:
-    cols = stage_columns(results)
+def matrix_markdown(g: grid.Grid, anchors: bool = False) -> list[str]:
+    """The matrix view as a Markdown table: one square per row × column, each cell's icon and short reason."""
+    lines = ["| " + _md_escape(g.corner) + " | " + " | ".join(_md_escape(" · ".join(c)) for c in g.col_values) + " |",
+             "|---" * (len(g.col_values) + 1) + "|"]  # fmt: skip
+    for row in g.row_values:
+        squares = []
+        for col in g.col_values:
+            parts = []
+            for e in g.at(row, col):
+                text = f"{ICON[e.status.value]} {e.short}" + (f" ({e.extra})" if e.extra else "")
+                parts.append(_md_escape(text))
+            squares.append("<br>".join(parts) or "·")
+        lines.append(f"| **{_md_escape(' · '.join(row))}** | " + " | ".join(squares) + " |")
+    return lines
+
+
+def to_markdown(results: Sequence[CellResult], title: str = "envbuilder compatibility table", *,
+                rows: str | Sequence[str] | None = None, cols: str | Sequence[str] | None = None) -> str:  # fmt: skip
+    """For CI step summaries and PR comments: the matrix view, per-axis pass counts, then every stage of every
+    cell (folded) with footnotes for what did not pass."""
+    cols_ = stage_columns(results)
     axes = axes_of(results)
     notes: list[str] = []
-    lines = [f"## {title}", "", "| cell | " + " | ".join(axes) + " | " + " | ".join(cols) + " | verdict |",
-             "|" + "---|" * (len(axes) + len(cols) + 2)]  # fmt: skip
+    counts = ", ".join(f"{n} {k}" for k, n in grid.counts(results).items())
+    lines = [f"## {title}", "", f"{len(results)} cell(s): {counts or 'none'}", ""]
+    if results:
+        lines += matrix_markdown(grid.build(results, rows, cols))
+    summary = summary_by_axis(results)
+    if summary:
+        lines += ["", "**Per axis:** " + "; ".join(f"{a} {v}: {p}/{n} pass" for a, v, p, n in summary)]
+    lines += ["", "<details><summary>Every stage of every cell</summary>", "",
+              "| cell | " + " | ".join(axes) + " | " + " | ".join(cols_) + " | verdict |",
+              "|" + "---|" * (len(axes) + len(cols_) + 2)]  # fmt: skip
     for r in results:
         row = [f"`{r.id}`", *(r.axes.get(a, "") for a in axes)]
-        for c in cols:
+        for c in cols_:
             s = r.stage(c)
             if s is None:
                 row.append("")
@@ -75,9 +107,7 @@ def to_markdown(results: Sequence[CellResult], title: str = "envbuilder compatib
             row.append(cell)
         row.append(f"**{ICON[r.verdict.value]} {r.verdict.value}**")
         lines.append("| " + " | ".join(_md_escape(x) for x in row) + " |")
-    summary = summary_by_axis(results)
-    if summary:
-        lines += ["", "**Per axis:** " + "; ".join(f"{a} {v}: {p}/{n} pass" for a, v, p, n in summary)]
+    lines += ["", "</details>"]
     if notes:
         lines += ["", "<details><summary>Why (footnotes)</summary>", ""]
         lines += [f"{i}. {_md_escape(n)}" for i, n in enumerate(notes, 1)]
@@ -89,48 +119,28 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
-_HTML = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
-<style>
-body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f4}.pass{background:#d9f7d9}.fail{background:#fbd5d5}.error{background:#fde9c8}.skip{background:#eee}
-code,pre{font:12px ui-monospace,monospace}pre{background:#f7f7f7;padding:8px;overflow:auto;max-height:24em}
-</style></head><body>
-<h1>{{ title }}</h1>
-<p>envbuilder {{ version }} · {{ generated }} · {{ results|length }} cell(s)</p>
-<table><thead><tr><th>cell</th>{% for a in axes %}<th>{{ a }}</th>{% endfor %}{% for c in cols %}<th>{{ c }}</th>{% endfor %}<th>verdict</th></tr></thead>
-<tbody>{% for r in results %}<tr><td><code>{{ r.id }}</code></td>{% for a in axes %}<td>{{ r.axes.get(a, "") }}</td>{% endfor %}
-{% for c in cols %}{% set s = r.stage(c) %}{% if s %}<td class="{{ s.status.value }}" title="{{ s.message }}">{{ label(s) }}</td>{% else %}<td></td>{% endif %}{% endfor %}
-<td class="{{ r.verdict.value }}"><b>{{ r.verdict.value }}</b></td></tr>{% endfor %}</tbody></table>
-{% if summary %}<h2>Per axis</h2><ul>{% for a, v, p, n in summary %}<li>{{ a }} {{ v }}: {{ p }}/{{ n }} pass</li>{% endfor %}</ul>{% endif %}
-{% for r, s, excerpt in failures %}<h3 id="{{ r.id }}-{{ s.name }}"><code>{{ r.id }}</code> · {{ s.name }}: {{ label(s) }}</h3>
-<p>{{ s.message }}</p>{% if excerpt %}<pre>{{ excerpt }}</pre>{% endif %}{% endfor %}
-</body></html>
-"""
+def _tail(text: object, lines: int = 40) -> str:
+    return "\n".join(str(text or "").splitlines()[-lines:])
 
 
-def log_excerpt(s: StageResult, lines: int = 40) -> str:
-    """The end of a failing stage's log (or uv's explanation), for the HTML page."""
-    for key in ("uv_stderr", "traceback"):
-        if isinstance(s.details.get(key), str):
-            return "\n".join(str(s.details[key]).splitlines()[-lines:])
-    path = s.details.get("log")
-    if isinstance(path, str) and Path(path).is_file():
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    texts = s.details.get("texts") or s.details.get("prompts")
-    if isinstance(texts, list):
-        return json.dumps(texts[:5], indent=1)[:4000]
-    return ""
-
-
-def to_html(results: Sequence[CellResult], title: str = "envbuilder compatibility table") -> str:
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    failures = [(r, s, log_excerpt(s)) for r in results for s in r.stages if s.status in (Status.FAIL, Status.ERROR)]
-    return env.from_string(_HTML).render(
+def to_html(results: Sequence[CellResult], title: str = "envbuilder compatibility table", *,
+            workdir: Path | None = None, page_dir: Path | None = None, rows: str | Sequence[str] | None = None,
+            cols: str | Sequence[str] | None = None, upgrade: Upgrade | None = None, baseline: float | None = None,
+            open_all: bool = False) -> str:  # fmt: skip
+    """One self-contained page: the matrix view, then a collapsed section per cell (stages, start-up timeline,
+    speed plot, speculation, KV, needles, flagged evidence, the log lines that decided a failed start-up).
+    Logs are linked relative to ``page_dir`` (default ``<workdir>/reports``) and only when under ``workdir``."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("envbuilder.report", ""), autoescape=True,
+                             undefined=jinja2.StrictUndefined)  # fmt: skip
+    g = grid.build(results, rows, cols)
+    views = [cell_view(r, workdir=workdir, page_dir=page_dir, baseline=baseline) for r in results]
+    entries = {r.id: grid.entry(r, g.extra_axes) for r in results}
+    return env.get_template("page.html.j2").render(
         title=title, version=__version__, generated=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        results=list(results), axes=axes_of(results), cols=stage_columns(results), summary=summary_by_axis(results),
-        failures=failures, label=label)  # fmt: skip
+        results=list(results), grid=g, views=views, entries=entries, anchors={v.result.id: v.anchor for v in views},
+        counts=grid.counts(results), icon=grid.ICON, upgrade=upgrade, open_all=open_all, tail_of=_tail,
+        svg_timeline=svg.timeline, phase_color=svg.PHASE_COLOR, svg_speed=svg.speed, svg_acceptance=svg.acceptance,
+        fmt_value=upgrade_mod.fmt_value, fmt_delta=upgrade_mod.fmt_delta)  # fmt: skip
 
 
 def to_junit(results: Sequence[CellResult]) -> str:
@@ -165,11 +175,13 @@ def to_json(results: Sequence[CellResult]) -> str:
     return json.dumps([r.to_json() for r in results], indent=2) + "\n"
 
 
-def render(results: Sequence[CellResult], fmt: str) -> str:
+def render(results: Sequence[CellResult], fmt: str, *, workdir: Path | None = None, page_dir: Path | None = None,
+           rows: str | Sequence[str] | None = None, cols: str | Sequence[str] | None = None,
+           expand: bool = False) -> str:  # fmt: skip
     if fmt == "md":
-        return to_markdown(results)
+        return to_markdown(results, rows=rows, cols=cols)
     if fmt == "html":
-        return to_html(results)
+        return to_html(results, workdir=workdir, page_dir=page_dir, rows=rows, cols=cols, open_all=expand)
     if fmt == "junit":
         return to_junit(results)
     if fmt == "json":

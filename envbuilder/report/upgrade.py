@@ -1,0 +1,122 @@
+"""The upgrade view: the pinned cell and a candidate side by side — the packages that moved, both verdicts,
+the speed deltas. Built from a typed :class:`Upgrade` so `watch` (or anything holding two results and a lock
+diff) can plug it in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from envbuilder.results import CellResult, Status
+
+
+@dataclass(frozen=True, kw_only=True)
+class Moved:
+    name: str
+    old: str | None  # None: new in the candidate
+    new: str | None  # None: gone from the candidate
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    name: str
+    unit: str
+    pinned: float | None
+    candidate: float | None
+    higher_is_better: bool = True
+
+    @property
+    def delta_pct(self) -> float | None:
+        if not self.pinned or self.candidate is None:
+            return None
+        return (self.candidate - self.pinned) / self.pinned * 100
+
+    @property
+    def worse(self) -> bool:
+        d = self.delta_pct
+        return d is not None and (d < 0 if self.higher_is_better else d > 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Upgrade:
+    pinned: CellResult
+    candidate: CellResult
+    moved: tuple[Moved, ...]
+    safe: bool
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def metrics(self) -> tuple[Metric, ...]:
+        def num(r: CellResult, stage: str, key: str) -> float | None:
+            s = r.stage(stage)
+            v = s.details.get(key) if s else None
+            return float(v) if isinstance(v, int | float) else None
+
+        def ready(r: CellResult) -> float | None:
+            s = r.stage("smoke")
+            v = (s.details.get("launch") or {}).get("ready_s") if s else None
+            return float(v) if isinstance(v, int | float) else None
+
+        p, c = self.pinned, self.candidate
+        return (Metric(name="decode", unit="tok/s", pinned=num(p, "smoke.speed", "decode_tokens_per_s"),
+                       candidate=num(c, "smoke.speed", "decode_tokens_per_s")),
+                Metric(name="TTFT", unit="ms", pinned=_ms(num(p, "smoke.speed", "ttft_s")),
+                       candidate=_ms(num(c, "smoke.speed", "ttft_s")), higher_is_better=False),
+                Metric(name="ready after", unit="s", pinned=ready(p), candidate=ready(c), higher_is_better=False),
+                Metric(name="spec acceptance", unit="", pinned=num(p, "smoke.spec", "acceptance_length"),
+                       candidate=num(c, "smoke.spec", "acceptance_length")))  # fmt: skip
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1000
+
+
+def from_results(pinned: CellResult, candidate: CellResult, lock_diff: Sequence[Mapping[str, str | None]]) -> Upgrade:
+    """``lock_diff`` as :func:`envbuilder.lock.diff` returns it (name, old, new)."""
+    moved = tuple(Moved(name=str(d["name"]), old=d.get("old"), new=d.get("new")) for d in lock_diff)
+    reasons = tuple(f"{s.name}: {s.status.value} {s.reason.value} — {s.message}" for s in candidate.stages
+                    if s.status is not Status.PASS)  # fmt: skip
+    return Upgrade(pinned=pinned, candidate=candidate, moved=moved, safe=not reasons, reasons=reasons)
+
+
+def fmt_delta(m: Metric) -> str:
+    d = m.delta_pct
+    return "" if d is None else f"{d:+.1f}%"
+
+
+def fmt_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.2f}" if not unit else f"{v:.1f} {unit}" if v < 100 else f"{v:.0f} {unit}"
+
+
+def markdown(u: Upgrade) -> str:
+    lines = [f"### Upgrade: `{u.pinned.id}` → `{u.candidate.id}`: {'✅ safe' if u.safe else '❌ not safe'}", "",
+             "| | pinned | candidate | Δ |", "|---|---|---|---|",
+             f"| verdict | {u.pinned.verdict.value} | {u.candidate.verdict.value} | |"]  # fmt: skip
+    lines += [f"| {m.name} | {fmt_value(m.pinned, m.unit)} | {fmt_value(m.candidate, m.unit)} | {fmt_delta(m)} |"
+              for m in u.metrics if m.pinned is not None or m.candidate is not None]  # fmt: skip
+    if u.moved:
+        lines += ["", f"{len(u.moved)} package(s) moved: " + ", ".join(
+            f"{x.name} {x.old or '∅'} → {x.new or '∅'}" for x in u.moved)]
+    lines += [f"- {r}" for r in u.reasons]
+    return "\n".join(lines).replace("<", "&lt;").replace(">", "&gt;") + "\n"
+
+
+def table(u: Upgrade) -> Table:
+    t = Table(title=f"upgrade: {'safe' if u.safe else 'NOT safe'}", title_justify="left")
+    t.add_column("")
+    t.add_column("pinned", overflow="fold", max_width=44)
+    t.add_column("candidate", overflow="fold", max_width=44)
+    t.add_column("Δ", justify="right")
+    t.add_row("cell", u.pinned.id, u.candidate.id, "")
+    t.add_row("verdict", u.pinned.verdict.value, u.candidate.verdict.value, "")
+    for m in u.metrics:
+        if m.pinned is not None or m.candidate is not None:
+            style = "red" if m.worse else "green"
+            t.add_row(m.name, fmt_value(m.pinned, m.unit), fmt_value(m.candidate, m.unit), f"[{style}]{fmt_delta(m)}[/]")
+    for x in u.moved:
+        t.add_row(x.name, x.old or "–", x.new or "–", "")
+    return t

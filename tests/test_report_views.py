@@ -1,0 +1,229 @@
+"""The matrix layout, the terminal view's width, and what a cell's section shows — on the real H200 runs
+committed under reports/h200-sglang-0.5.11 (SGLang 0.5.11 on an H200) and on the detector's calibration set."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from envbuilder import report
+from envbuilder.checks import degeneracy
+from envbuilder.errors import InputError
+from envbuilder.report import evidence, grid, terminal, upgrade, views
+from envbuilder.results import CellResult, Reason, ResultStore, StageResult, Status
+from tests.conftest import ROOT, envbuilder
+
+H200 = ROOT / "reports/h200-sglang-0.5.11"
+CELL = "sglang-0.5.11_cu13.0_drv-host_ubuntu24.04_py3.12"
+
+
+def h200(run: str) -> CellResult:
+    r = ResultStore(H200 / run / "results").load(CELL)
+    assert r is not None
+    return r
+
+
+def _cell(sglang: str, cuda: str, driver: str = "host", fa4: str = "resolver", status: Status = Status.PASS,
+          reason: Reason = Reason.OK) -> CellResult:  # fmt: skip
+    axes = {"sglang": sglang, "flash_attn_4": fa4, "cuda": cuda, "driver": driver, "os": "ubuntu24.04"}
+    return CellResult(id=f"sglang-{sglang}_fa4-{fa4}_cu{cuda}_drv-{driver}", axes=axes, stages=(
+        StageResult(name="resolve", status=Status.PASS),
+        StageResult(name="precheck", status=status, reason=reason, message=f"{reason.value} here"),
+    ))  # fmt: skip
+
+
+def _matrix() -> list[CellResult]:
+    return [_cell("0.5.11", "13.0", "590.48.01", status=Status.FAIL, reason=Reason.DRIVER_MISMATCH),
+            _cell("0.5.10", "12.8"), _cell("0.5.9", "12.8", status=Status.FAIL, reason=Reason.VRAM_INSUFFICIENT),
+            _cell("0.5.10", "12.8", fa4="4.0.0b3", status=Status.FAIL, reason=Reason.UNSATISFIABLE),
+            _cell("0.5.11", "13.0"), _cell("0.5.9", "13.0", status=Status.ERROR, reason=Reason.NETWORK)]  # fmt: skip
+
+
+def test_grid_places_cells_by_axes_versions_in_numeric_order() -> None:
+    g = grid.build(_matrix())
+    assert (g.rows, g.cols) == (("sglang",), ("cuda", "driver"))
+    assert g.row_values == (("0.5.9",), ("0.5.10",), ("0.5.11",))  # not string order
+    assert g.col_values == (("12.8", "host"), ("13.0", "590.48.01"), ("13.0", "host"))
+    assert g.extra_axes == ("flash_attn_4",)
+    two = g.at(("0.5.10",), ("12.8", "host"))
+    assert [(e.short, e.extra) for e in two] == [("pass", "fa4 resolver"), ("unsatisfiable", "fa4 4.0.0b3")]
+    assert g.at(("0.5.9",), ("13.0", "590.48.01")) == ()
+    (e,) = g.at(("0.5.11",), ("13.0", "590.48.01"))
+    assert (e.status, e.stage, e.short) == (Status.FAIL, "precheck", "driver-mismatch")
+    flipped = grid.build(_matrix(), rows="cuda", cols="sglang,fa4".replace("fa4", "flash_attn_4"))
+    assert flipped.row_values == (("12.8",), ("13.0",)) and flipped.extra_axes == ("driver",)
+    with pytest.raises(InputError, match="--cols: no axis 'gpu'"):
+        grid.build(_matrix(), cols="gpu")
+
+
+def test_terminal_matrix_fits_120_columns_ids_on_demand() -> None:
+    many = [_cell(s, c, d, status=Status.FAIL, reason=Reason.GRAPH_CAPTURE_FAILED)
+            for s in ("0.5.9", "0.5.10", "0.5.11") for c in ("12.6", "12.8", "12.9", "13.0") for d in ("host", "590.48.01")]  # fmt: skip
+    for ids in (False, True):
+        con = Console(width=200, record=True, color_system=None)
+        con.print(terminal.render(many, grid.build(many), ids=ids), width=terminal.WIDTH)
+        text = con.export_text()
+        assert max(len(line) for line in text.splitlines()) <= 120
+        assert ("sglang-0.5.9_fa4-resolver_cu12.6_drv-host" in text) is ids
+        assert text.count("✘") == 24 and "…" not in text  # every square shown, nothing cut
+    out = envbuilder("--workdir", str(H200 / "random"), "--matrix", "none.toml", "report", "--ids")
+    assert out.code == 1 and "✘ degenerate (smoke) [1]" in out.out and f"[1] {CELL}" in out.out
+    assert max(len(line) for line in out.out.splitlines()) <= 120
+    bad = envbuilder("--workdir", str(H200 / "random"), "--matrix", "none.toml", "report", "--rows", "gpu")
+    assert bad.code == 2 and "--rows: no axis 'gpu'" in bad.err and "Traceback" not in bad.err
+
+
+def test_markdown_matrix_view_for_step_summaries() -> None:
+    md = report.to_markdown(_matrix())
+    assert "| sglang ↓  cuda · driver → | 12.8 · host | 13.0 · 590.48.01 | 13.0 · host |" in md
+    assert "| **0.5.10** | ✅ pass (fa4 resolver)<br>❌ unsatisfiable (fa4 4.0.0b3) | · | · |" in md
+    assert "6 cell(s): 2 pass, 3 fail, 1 error" in md
+
+
+def test_timeline_from_real_milestones() -> None:
+    smoke = h200("random").stage("smoke")
+    assert smoke is not None
+    tl = views.timeline(smoke.details["launch"])
+    assert tl is not None and not tl.failed and tl.total_s == pytest.approx(91.115)
+    totals = tl.totals()
+    assert list(totals) == ["launch", "imports", "weights", "KV/state pools", "graph capture", "compile", "warm-up"]
+    assert totals["imports"] == pytest.approx(63.015 - 28.148)  # first log line → "Load weight begin"
+    assert totals["compile"] == pytest.approx(86.781 - 65.517)  # piecewise CUDA graph capture
+    oom = h200("oom").stage("smoke")
+    assert oom is not None
+    tl_oom = views.timeline(oom.details["launch"])
+    assert tl_oom is not None and tl_oom.failed == "oom" and list(tl_oom.totals()) == ["launch", "imports", "weights"]
+    svg = str(report.svg.timeline(tl_oom))
+    assert svg.startswith("<svg") and "failed: oom" in svg and "<script" not in svg
+
+
+def test_every_degenerate_text_gets_a_flagged_span() -> None:
+    """The calibration set: every text the detector calls degenerate (except empty ones) has a span to flag."""
+    n = 0
+    for line in (ROOT / "tests/fixtures/degeneracy.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        v = degeneracy.detect(d["text"], finish_reason=d.get("finish_reason"))
+        if not v.degenerate or "empty" in v.signals:
+            continue
+        n += 1
+        spans = evidence.degeneracy_spans(d["text"], v.signals)
+        assert spans, (d["id"], v.signals)
+        assert all(0 <= s.start < s.end <= len(d["text"]) for s in spans)
+    assert n >= 15
+
+
+def test_spans_name_what_is_wrong() -> None:
+    (unit, rest) = evidence.loop_spans("The answer is " + "message" * 20)
+    assert ("message" * 20)[: unit.end - unit.start] == "message" and unit.kind == "loop-unit" and "20.0×" in unit.note
+    assert rest.end == len("The answer is " + "message" * 20)
+    word = evidence.loop_spans("Sure. " + "Naval " * 12)
+    assert word and "Naval" in word[0].note and word[0].start == len("Sure.")
+    soup = "Hello there, " + "#$%^&*@!~" * 5 + " and {}|<>~~ again"
+    kinds = {s.kind for s in evidence.degeneracy_spans(soup, ["symbol-soup"])}
+    assert kinds == {"symbols"}
+    assert [(s.start, s.end) for s in evidence.number_spans("It is 42, not 41.", 41)] == [(6, 8)]
+    assert evidence.golden_spans("Paris", {"contains": ["paris"]}) == []  # a plain miss: nothing to flag
+    cut = evidence.pieces("x" * 5000 + "BAD" + "y" * 5000, [evidence.Span(start=5000, end=5003, kind="number")])
+    assert cut[0].kind == "cut" and cut[-1].kind == "cut" and any(p.text == "BAD" and p.kind == "number" for p in cut)
+    assert sum(len(p.text) for p in cut if not p.kind) <= evidence.SHOWN_CHARS
+
+
+def test_cell_view_of_the_h200_runs(tmp_path: Path) -> None:
+    wd = H200 / "random"
+    v = views.cell_view(h200("random"), workdir=wd)
+    assert v.speed is not None and [p.concurrency for p in v.speed.points] == [1, 4, 16]
+    assert v.speed.decode_tokens_per_s == pytest.approx(853.17) and v.speed.baseline_tokens_per_s is None
+    assert v.needles is not None and v.needles.lengths == (2000, 6000) and not any(p.found for p in v.needles.probes)
+    assert v.kv is not None and v.kv.logged_tokens == 1606158 and v.kv.predicted_tokens is None
+    # every degenerate text of the run is shown once, flagged: golden answers and needles carry their signals
+    texts = h200("random").stage("smoke.degeneracy").details["texts"]  # type: ignore[union-attr]
+    assert len(texts) == 10
+    flagged = [e for e in v.evidence if any(p.kind == "loop-unit" for p in e.answer)]
+    assert len(flagged) == len(v.evidence) == 10
+    capital = next(e for e in v.evidence if e.title == "golden prompt capital")
+    assert capital.prompt.startswith("What is the capital") and capital.expected == "contains 'Paris'"
+    assert next(p.text for p in capital.answer if p.kind == "loop-unit") == "message"
+    assert any(n.startswith("degenerate: loop") for n in capital.notes)
+    assert [(link.name, link.href) for link in v.logs] == [("server.log", f"../logs/{CELL}/server.log")]
+    # the failed start-up: the log line the failure quotes is marked
+    oom = views.cell_view(h200("oom"), workdir=H200 / "oom")
+    assert oom.log_tail is not None and oom.log_tail.hit is not None
+    assert oom.log_tail.lines[oom.log_tail.hit].startswith("RuntimeError: Not enough memory")
+    # a log outside the workdir is never read nor linked
+    (tmp_path / "results").mkdir()
+    assert views.cell_view(h200("oom"), workdir=tmp_path).logs == ()
+    assert views.resolve_log(tmp_path, CELL, "/etc/passwd") is None
+    spec = views.cell_view(h200("spec"), workdir=H200 / "spec")
+    assert spec.spec is not None and spec.spec.acceptance_length == pytest.approx(3.673, abs=1e-3)
+    assert spec.spec.identical_fraction == 1.0 and spec.spec.floor == 2.5
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+@pytest.mark.parametrize("run", ["plain", "random", "oom", "spec"])
+def test_html_of_each_h200_run(run: str) -> None:
+    wd = H200 / run
+    html = report.to_html(ResultStore(wd / "results").all(), workdir=wd)
+    p = _Tags()
+    p.feed(html)
+    tags = [t for t, _ in p.tags]
+    assert "script" not in tags and "link" not in tags and "img" not in tags and "iframe" not in tags
+    assert 'class="matrix"' in html and tags.count("details") == 1
+    assert not any(a.get("open") is not None for t, a in p.tags if t == "details")  # collapsed by default
+    assert 'class="timeline"' in html
+    assert ('tok/s by concurrency' in html) is (run != "oom")
+    assert f'href="../logs/{CELL}/server.log"' in html
+    if run == "random":
+        assert html.count('<mark class="loop-unit"') == 10
+    if run == "oom":
+        assert '<li class="hit">RuntimeError: Not enough memory' in html
+
+
+def test_model_output_is_escaped_everywhere() -> None:
+    evil = "<img src=x onerror=alert(1)>"
+    r = h200("random")
+    smoke_deg = r.stage("smoke.degeneracy")
+    assert smoke_deg is not None
+    texts = [{**t, "text": evil * 8, "id": f"{evil}"} for t in smoke_deg.details["texts"]]
+    bad = r.with_stage(StageResult(name="smoke.degeneracy", status=Status.FAIL, reason=Reason.DEGENERATE,
+                                   message=evil, details={"texts": texts}))  # fmt: skip
+    bad = CellResult(id=bad.id, axes={**bad.axes, "sglang": evil}, stages=bad.stages)
+    html = report.to_html([bad], upgrade=upgrade.from_results(h200("plain"), bad, [{"name": evil, "old": "1", "new": "2"}]))
+    p = _Tags()
+    p.feed(html)
+    assert not any(t == "img" for t, _ in p.tags) and "&lt;img src=x" in html
+    md = report.to_markdown([bad])
+    assert "<img" not in md
+
+
+def test_upgrade_view_from_real_results() -> None:
+    """Pinned: the plain H200 run; candidate: the run with speculation (slower on this tiny model)."""
+    diff: list[dict[str, str | None]] = [{"name": "sglang", "old": "0.5.10", "new": "0.5.11"}, {"name": "kernels", "old": "0.14.0", "new": "0.17.2"},
+            {"name": "flash-attn-4", "old": None, "new": "4.0.0b9"}]  # fmt: skip
+    u = upgrade.from_results(h200("plain"), h200("spec"), diff)
+    assert u.safe and not u.reasons
+    decode = next(m for m in u.metrics if m.name == "decode")
+    assert decode.pinned == pytest.approx(549.56) and decode.candidate == pytest.approx(121.52) and decode.worse
+    assert upgrade.fmt_delta(decode) == "-77.9%"
+    html = report.to_html([h200("spec")], upgrade=u)
+    assert "Upgrade:" in html and "-77.9%" in html and "kernels" in html and "4.0.0b9" in html
+    md = upgrade.markdown(u)
+    assert "| decode | 550 tok/s | 122 tok/s | -77.9% |" in md and "kernels 0.14.0 → 0.17.2" in md
+    unsafe = upgrade.from_results(h200("plain"), h200("random"), diff)
+    assert not unsafe.safe and any(r.startswith("smoke: fail degenerate") for r in unsafe.reasons)
+    con = Console(width=120, record=True, color_system=None)
+    con.print(upgrade.table(unsafe))
+    text = con.export_text()
+    assert "NOT safe" in text and re.search(r"decode\s+│\s+550 tok/s\s+│\s+853 tok/s\s+│\s+\+55.2%", text), text
