@@ -40,7 +40,7 @@ def find_python(spec: str) -> str:
     p = subprocess.run([uv_bin(), "python", "find", "--system", "--no-python-downloads", spec], capture_output=True,
                        text=True, check=False, timeout=60, env=clean_env())  # fmt: skip
     if p.returncode != 0:
-        raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE, f"no Python {spec} on this machine")
+        raise StageFailure(Status.SKIP, Reason.PYTHON_UNAVAILABLE, f"no Python {spec} on this machine")
     return p.stdout.strip()
 
 
@@ -144,7 +144,7 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
     with log_path.open("w") as log:
         if not create_venv(interpreter, tmp, log, paths):
             shutil.rmtree(tmp, ignore_errors=True)
-            raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE,
+            raise StageFailure(Status.SKIP, Reason.PYTHON_UNAVAILABLE,
                                f"Python {interpreter} is not installed on this machine (the venv runner needs it; "
                                f"use the docker runner or a machine with Python {cell.python})")  # fmt: skip
         reqs = tmp / "envbuilder-lock.txt"

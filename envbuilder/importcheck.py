@@ -163,8 +163,10 @@ class ImportStage:
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         build = prior.stage("build")
-        if build is None or build.status is not Status.PASS:
+        if build is None or build.not_applicable:
             raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE, "no built environment (custom command or no build)")
+        if build.status is not Status.PASS:
+            raise StageFailure(Status.SKIP, Reason.PREREQUISITE_FAILED, f"not run: build ended {build.status} ({build.reason})")
         resolve = prior.stage("resolve")
         locked = dict(resolve.details.get("packages", {})) if resolve else {}
         engine = ctx.matrix.server.engine

@@ -7,8 +7,11 @@
      "env": {...}}
 
 ``fail`` means the cell is incompatible, ``error`` that the tool could not decide (network down,
-Docker missing), ``skip`` that the stage does not apply here (no GPU). The verdict is the worst
-stage status in the order pass < skip < error < fail.
+Docker missing), ``skip`` that the stage did not run: either it was not asked for / does not apply
+to the cell (reason ``not-applicable``) or it could not run here (``no-gpu``, ``unknown-facts``,
+``python-unavailable``, ``prerequisite-failed``). The verdict is the worst status among the stages
+that apply (pass < skip < error < fail): ``not-applicable`` stages are left out, so a cell whose
+every stage that ran passed reads ``pass``.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class Reason(enum.StrEnum):
     NOT_APPLICABLE = "not-applicable"
     PREREQUISITE_FAILED = "prerequisite-failed"
     UNKNOWN_FACTS = "unknown-facts"
+    PYTHON_UNAVAILABLE = "python-unavailable"
     INTERNAL_ERROR = "internal-error"
 
 
@@ -90,6 +94,11 @@ class StageResult:
     duration_s: float = 0.0
     inputs: str = ""  # content hash of the stage's inputs; equal inputs => the stage is not re-run
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def not_applicable(self) -> bool:
+        """Not asked for, or meaningless for this cell (as opposed to "could not run here")."""
+        return self.status is Status.SKIP and self.reason is Reason.NOT_APPLICABLE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,10 +135,16 @@ class CellResult:
     env: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def applicable(self) -> tuple[StageResult, ...]:
+        """The stages that ran or could not run here (``skip``/``not-applicable`` ones left out)."""
+        return tuple(s for s in self.stages if not s.not_applicable)
+
+    @property
     def verdict(self) -> Status:
-        if not self.stages:
+        ran = self.applicable
+        if not ran:
             return Status.SKIP
-        return max((s.status for s in self.stages), key=lambda s: s.rank)
+        return max((s.status for s in ran), key=lambda s: s.rank)
 
     def stage(self, name: str) -> StageResult | None:
         for s in self.stages:

@@ -62,3 +62,28 @@ def test_malformed_result_file_is_input_error(tmp_path: Path) -> None:
     p.write_text("{not json")
     with pytest.raises(InputError, match=r"bad\.json"):
         load_result_file(p)
+
+
+def _cell(*stages: StageResult) -> CellResult:
+    return CellResult(id="x", axes={}, stages=stages)
+
+
+def test_not_asked_for_is_not_could_not_run_here() -> None:
+    smoke = StageResult(name="smoke", status=Status.PASS)
+    no_spec = StageResult(name="smoke.spec", status=Status.SKIP, reason=Reason.NOT_APPLICABLE)
+    no_build = StageResult(name="build", status=Status.SKIP, reason=Reason.NOT_APPLICABLE)
+    assert _cell(no_build, smoke, no_spec).verdict is Status.PASS  # every stage that ran passed
+    assert _cell(no_build, no_spec).verdict is Status.SKIP  # nothing ran
+    no_gpu = StageResult(name="smoke", status=Status.SKIP, reason=Reason.NO_GPU)
+    assert _cell(StageResult(name="resolve", status=Status.PASS), no_gpu).verdict is Status.SKIP  # could not run here
+    no_python = StageResult(name="build", status=Status.SKIP, reason=Reason.PYTHON_UNAVAILABLE)
+    assert _cell(StageResult(name="resolve", status=Status.PASS), no_python).verdict is Status.SKIP
+    assert _cell(smoke, no_spec, StageResult(name="smoke.golden", status=Status.FAIL)).verdict is Status.FAIL
+
+
+def test_h200_plain_run_reads_pass() -> None:
+    """The README's H200 proof: plain SGLang 0.5.11 (no speculation, so smoke.spec is not-applicable) -> pass."""
+    r = load_result_file(Path(__file__).parent / "fixtures/results-v1/h200-plain.json")
+    spec = r.stage("smoke.spec")
+    assert spec is not None and spec.not_applicable
+    assert all(s.status is Status.PASS for s in r.applicable) and r.verdict is Status.PASS
