@@ -261,16 +261,21 @@ def _expect_text(expect: Any) -> str:
     return "; ".join(parts)
 
 
-def _degenerate_texts(stages: Sequence[StageResult]) -> dict[str, tuple[str, list[str], dict[str, Any]]]:
-    """Every text the degeneracy check judged degenerate: id -> (text, signals, numbers)."""
-    out: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
+_Judged = tuple[str, list[str], dict[str, Any], list[dict[str, Any]] | None]
+
+
+def _degenerate_texts(stages: Sequence[StageResult]) -> dict[str, _Judged]:
+    """Every text the degeneracy check judged degenerate: id -> (text, signals, numbers, findings when stored)."""
+    out: dict[str, _Judged] = {}
     for s in stages:
         if s.name != "smoke.degeneracy":
             continue
         for t in s.details.get("texts") or []:
             if isinstance(t, dict) and t.get("verdict") == "degenerate":
+                found = t.get("findings")
                 out[str(t.get("id", "?"))] = (str(t.get("text") or ""), [str(x) for x in t.get("signals") or []],
-                                              dict(t.get("numbers") or {}))  # fmt: skip
+                                              dict(t.get("numbers") or {}),
+                                              [f for f in found if isinstance(f, dict)] if isinstance(found, list) else None)  # fmt: skip
     return out
 
 
@@ -288,8 +293,11 @@ def evidence_of(stages: Sequence[StageResult]) -> list[Evidence]:
     def flagged(key: str, text: str, fallback: list[evidence.Span]) -> tuple[tuple[Piece, ...], tuple[str, ...]]:
         if key in degenerate:
             used.add(key)
-            _, signals, numbers = degenerate[key]
-            spans = fallback if any(sp.kind == "number" for sp in fallback) else evidence.degeneracy_spans(text, signals)
+            stored, signals, numbers, findings = degenerate[key]
+            if any(sp.kind == "number" for sp in fallback):
+                spans = fallback
+            else:
+                spans = evidence.degeneracy_spans(text, signals, findings if stored == text else None)
             return tuple(evidence.pieces(text, spans)), (f"degenerate: {', '.join(signals)} ({_numbers_note(numbers)})",)
         return tuple(evidence.pieces(text, fallback)), ()
 
@@ -321,10 +329,10 @@ def evidence_of(stages: Sequence[StageResult]) -> list[Evidence]:
                     out.append(Evidence(check=s.name, title="greedy output differs without speculation",
                                         prompt=str(p.get("prompt", "")), expected=str(p.get("reference", "")),
                                         answer=(Piece(text=str(p.get("got", p.get("spec", "")))),)))  # fmt: skip
-    for key, (text, signals, numbers) in degenerate.items():
+    for key, (text, signals, numbers, findings) in degenerate.items():
         if key in used:
             continue
-        spans = evidence.degeneracy_spans(text, signals)
+        spans = evidence.degeneracy_spans(text, signals, findings)
         out.append(Evidence(check="smoke.degeneracy", title=f"{key}: {', '.join(signals)}",
                             answer=tuple(evidence.pieces(text, spans)) or (Piece(text="(empty)", kind="cut"),),
                             notes=(_numbers_note(numbers),) if _numbers_note(numbers) else ()))  # fmt: skip
