@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.constrain import Constrain
 from rich.markup import escape
 from rich.table import Table
 
@@ -145,25 +146,12 @@ def exit_code(results: Sequence[CellResult], stage_names: Sequence[str]) -> int:
     return errors.EXIT_CELLS_FAILED if bad else errors.EXIT_OK
 
 
-def results_table(results: Sequence[CellResult], stage_names: Sequence[str]) -> Table:
-    t = Table(title="envbuilder results")
-    t.add_column("cell", no_wrap=True)
-    for n in stage_names:
-        t.add_column(n)
-    t.add_column("verdict")
-    for r in results:
-        row = [r.id]
-        for n in stage_names:
-            s = r.stage(n)
-            if s is None:
-                row.append("-")
-                continue
-            label = s.status.value if s.reason.value == "ok" else f"{s.status.value}: {s.reason.value}"
-            row.append(f"[{STATUS_STYLE[s.status.value]}]{label}[/]")
-        v = r.verdict.value
-        row.append(f"[bold {STATUS_STYLE[v]}]{v}[/]")
-        t.add_row(*row)
-    return t
+def results_table(results: Sequence[CellResult], stage_names: Sequence[str]) -> RenderableType:
+    """The matrix view of what these stages decided (their checks included), within 120 columns."""
+    from envbuilder.report import grid, terminal
+
+    ran = [r.without_stages({s.name for s in r.stages if s.name.split(".")[0] not in stage_names}) for r in results]
+    return Constrain(terminal.render(ran, grid.build(ran)), width=terminal.WIDTH)
 
 
 def _progress(ui: Ui) -> Callable[[StageEvent], None]:

@@ -227,3 +227,17 @@ def test_upgrade_view_from_real_results() -> None:
     con.print(upgrade.table(unsafe))
     text = con.export_text()
     assert "NOT safe" in text and re.search(r"decode\s+│\s+550 tok/s\s+│\s+853 tok/s\s+│\s+\+55.2%", text), text
+
+
+def test_merge_prints_the_matrix_within_120_columns(tmp_path: Path) -> None:
+    """What `run` and `merge` print: the matrix view of what the stages decided, not a column per stage."""
+    jobs = []
+    for i, r in enumerate(_matrix()):
+        ResultStore(tmp_path / f"job{i}").save(r)
+        jobs.append(str(tmp_path / f"job{i}"))
+    out = envbuilder("--workdir", str(tmp_path / "wd"), "--matrix", str(tmp_path / "none.toml"), "merge", *jobs)
+    assert out.code == 1, out.err
+    lines = out.out.splitlines()
+    assert lines[0].startswith("envbuilder matrix: sglang ↓, cuda · driver →")
+    assert max(len(line) for line in lines) <= 120 and "✘ driver-mismatch (precheck)" in out.out
+    assert "6 cell(s): 2 pass, 3 fail, 1 error" in out.out

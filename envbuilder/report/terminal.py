@@ -33,8 +33,9 @@ def square(entries: Sequence[Entry], refs: dict[str, int] | None) -> Text:
 
 
 def matrix_table(grid: Grid, *, refs: dict[str, int] | None = None, title: str = "envbuilder matrix") -> Table:
-    t = Table(title=title, title_justify="left", show_lines=True, expand=False)
-    t.add_column(Text(grid.corner, style="dim"), style="bold", max_width=28, overflow="fold")
+    t = Table(title=f"{title}: {' · '.join(grid.rows)} ↓, {' · '.join(grid.cols)} →", title_justify="left",
+              show_lines=True, expand=False)  # fmt: skip
+    t.add_column(" · ".join(grid.rows), style="bold", max_width=28, overflow="fold")
     for col in grid.col_values:
         t.add_column(" · ".join(col), overflow="fold", max_width=34)
     for row in grid.row_values:
