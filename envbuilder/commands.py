@@ -213,11 +213,12 @@ def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
     results = load_results(args)
     layout = grid.build(results, args.rows, args.cols)  # an unknown axis is an input error before anything is written
     view = terminal.render(results, layout, ids=args.ids)
+    baseline = report.pinned_baseline(args.workdir)
     if args.all:
         out_dir = Workspace(args.workdir).reports
         for fmt in ("md", "html", "json", "junit"):
             text = report.render(results, fmt, workdir=args.workdir, page_dir=out_dir, rows=args.rows, cols=args.cols,
-                                 expand=args.expand)
+                                 expand=args.expand, baseline=baseline)
             atomic.write_text(out_dir / f"envbuilder.{report.EXT[fmt]}", text)
         ui.out.print(view, width=min(ui.out.width, terminal.WIDTH))
         ui.err.print(f"reports written to {out_dir}/ (md, html, json, junit)")
@@ -230,7 +231,7 @@ def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
     else:
         page_dir = args.output.parent if args.output else Path.cwd()
         text = report.render(results, args.format, workdir=args.workdir, page_dir=page_dir, rows=args.rows, cols=args.cols,
-                             expand=args.expand)
+                             expand=args.expand, baseline=baseline)
         if args.output:
             atomic.write_text(args.output, text)
         else:

@@ -200,7 +200,7 @@ def test_model_output_is_escaped_everywhere() -> None:
     bad = r.with_stage(StageResult(name="smoke.degeneracy", status=Status.FAIL, reason=Reason.DEGENERATE,
                                    message=evil, details={"texts": texts}))  # fmt: skip
     bad = CellResult(id=bad.id, axes={**bad.axes, "sglang": evil}, stages=bad.stages)
-    html = report.to_html([bad], upgrade=upgrade.from_results(h200("plain"), bad, [{"name": evil, "old": "1", "new": "2"}]))
+    html = report.to_html([bad], upgrades=[upgrade.from_results(h200("plain"), bad, [{"name": evil, "old": "1", "new": "2"}])])
     p = _Tags()
     p.feed(html)
     assert not any(t == "img" for t, _ in p.tags) and "&lt;img src=x" in html
@@ -217,8 +217,8 @@ def test_upgrade_view_from_real_results() -> None:
     decode = next(m for m in u.metrics if m.name == "decode")
     assert decode.pinned == pytest.approx(549.56) and decode.candidate == pytest.approx(121.52) and decode.worse
     assert upgrade.fmt_delta(decode) == "-77.9%"
-    html = report.to_html([h200("spec")], upgrade=u)
-    assert "Upgrade:" in html and "-77.9%" in html and "kernels" in html and "4.0.0b9" in html
+    html = report.to_html([h200("spec")], upgrades=[u])
+    assert "Upgrade: <code>" in html and "safe to upgrade" in html and "-77.9%" in html and "kernels" in html and "4.0.0b9" in html
     md = upgrade.markdown(u)
     assert "| decode | 550 tok/s | 122 tok/s | -77.9% |" in md and "kernels 0.14.0 → 0.17.2" in md
     unsafe = upgrade.from_results(h200("plain"), h200("random"), diff)
@@ -241,3 +241,16 @@ def test_merge_prints_the_matrix_within_120_columns(tmp_path: Path) -> None:
     assert lines[0].startswith("envbuilder matrix: sglang ↓, cuda · driver →")
     assert max(len(line) for line in lines) <= 120 and "✘ driver-mismatch (precheck)" in out.out
     assert "6 cell(s): 2 pass, 3 fail, 1 error" in out.out
+
+
+def test_the_pins_baseline_is_drawn_into_the_speed_plot(tmp_path: Path) -> None:
+    """`pin` stores the pinned cell's decode tok/s; `report --format html` draws it as the dashed line."""
+    wd = tmp_path / "wd"
+    ResultStore(wd / "results").save(h200("spec"))
+    assert report.pinned_baseline(wd) is None
+    no_pin = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
+    assert "no pinned baseline yet" in no_pin.out and "stroke-dasharray=\"5 4\"" not in no_pin.out
+    (wd / "locks/production").mkdir(parents=True)
+    (wd / "locks/production/provenance.json").write_text(json.dumps({"baseline": {"decode_tokens_per_s": 549.56}}))
+    out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
+    assert out.code == 0 and "pinned 549.6" in out.out and "dashed: the pinned baseline (550 tok/s)" in out.out

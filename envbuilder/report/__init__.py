@@ -123,9 +123,19 @@ def _tail(text: object, lines: int = 40) -> str:
     return "\n".join(str(text or "").splitlines()[-lines:])
 
 
+def pinned_baseline(workdir: Path) -> float | None:
+    """The production pin's decode tok/s (``envbuilder pin`` stores it), drawn into every speed plot."""
+    p = workdir / "locks" / "production" / "provenance.json"
+    try:
+        v = (json.loads(p.read_text()).get("baseline") or {}).get("decode_tokens_per_s")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(v) if isinstance(v, int | float) else None
+
+
 def to_html(results: Sequence[CellResult], title: str = "envbuilder compatibility table", *,
             workdir: Path | None = None, page_dir: Path | None = None, rows: str | Sequence[str] | None = None,
-            cols: str | Sequence[str] | None = None, upgrade: Upgrade | None = None, baseline: float | None = None,
+            cols: str | Sequence[str] | None = None, upgrades: Sequence[Upgrade] = (), baseline: float | None = None,
             open_all: bool = False) -> str:  # fmt: skip
     """One self-contained page: the matrix view, then a collapsed section per cell (stages, start-up timeline,
     speed plot, speculation, KV, needles, flagged evidence, the log lines that decided a failed start-up).
@@ -138,7 +148,7 @@ def to_html(results: Sequence[CellResult], title: str = "envbuilder compatibilit
     return env.get_template("page.html.j2").render(
         title=title, version=__version__, generated=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         results=list(results), grid=g, views=views, entries=entries, anchors={v.result.id: v.anchor for v in views},
-        counts=grid.counts(results), icon=grid.ICON, upgrade=upgrade, open_all=open_all, tail_of=_tail,
+        counts=grid.counts(results), icon=grid.ICON, upgrades=list(upgrades), open_all=open_all, tail_of=_tail,
         svg_timeline=svg.timeline, phase_color=svg.PHASE_COLOR, svg_speed=svg.speed, svg_acceptance=svg.acceptance,
         fmt_value=upgrade_mod.fmt_value, fmt_delta=upgrade_mod.fmt_delta)  # fmt: skip
 
@@ -185,11 +195,12 @@ def to_json(results: Sequence[CellResult]) -> str:
 
 def render(results: Sequence[CellResult], fmt: str, *, workdir: Path | None = None, page_dir: Path | None = None,
            rows: str | Sequence[str] | None = None, cols: str | Sequence[str] | None = None,
-           expand: bool = False) -> str:  # fmt: skip
+           expand: bool = False, baseline: float | None = None) -> str:  # fmt: skip
     if fmt == "md":
         return to_markdown(results, rows=rows, cols=cols)
     if fmt == "html":
-        return to_html(results, workdir=workdir, page_dir=page_dir, rows=rows, cols=cols, open_all=expand)
+        return to_html(results, workdir=workdir, page_dir=page_dir, rows=rows, cols=cols, open_all=expand,
+                       baseline=baseline)
     if fmt == "junit":
         return to_junit(results)
     if fmt == "json":

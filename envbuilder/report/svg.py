@@ -83,7 +83,7 @@ def speed(s: Speed, width: int = 440, height: int = 220) -> Markup:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" viewBox="0 0 {width} {height}" width="{width}" '
            f'height="{height}" role="img" {FONT}><title>{escape(s.message)}</title>'
            f'<text x="{left}" y="14" fill="#333" font-weight="600">tok/s by concurrency</text>']
-    for tick in _ticks(ymax / 1.12, 4):
+    for tick in [t for t in _ticks(ymax, 4) if t <= ymax]:
         out.append(f'<line x1="{left}" y1="{_n(Y(tick))}" x2="{left + pw}" y2="{_n(Y(tick))}" stroke="#eee"/>'
                    f'<text x="{left - 6}" y="{_n(Y(tick) + 4)}" text-anchor="end" fill="#777">{_n(tick)}</text>')
     for c in xs:

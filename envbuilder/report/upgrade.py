@@ -41,11 +41,21 @@ class Metric:
 
 @dataclass(frozen=True, kw_only=True)
 class Upgrade:
+    """The pin and one candidate release. ``verdict`` is watch's word for it ("safe to upgrade", "blocked", …);
+    ``moved`` the locked packages that differ, ``changes`` what else moved (flags), in watch's words."""
+
     pinned: CellResult
     candidate: CellResult
     moved: tuple[Moved, ...]
     safe: bool
+    verdict: str = ""
     reasons: tuple[str, ...] = ()
+    fixes: tuple[str, ...] = ()
+    changes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.verdict or ("safe to upgrade" if self.safe else "not safe")
 
     @property
     def metrics(self) -> tuple[Metric, ...]:
@@ -93,7 +103,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def markdown(u: Upgrade) -> str:
-    lines = [f"### Upgrade: `{u.pinned.id}` → `{u.candidate.id}`: {'✅ safe' if u.safe else '❌ not safe'}", "",
+    lines = [f"### Upgrade: `{u.pinned.id}` → `{u.candidate.id}`: {'✅' if u.safe else '❌'} {u.label}", "",
              "| | pinned | candidate | Δ |", "|---|---|---|---|",
              f"| verdict | {u.pinned.verdict.value} | {u.candidate.verdict.value} | |"]  # fmt: skip
     lines += [f"| {m.name} | {fmt_value(m.pinned, m.unit)} | {fmt_value(m.candidate, m.unit)} | {fmt_delta(m)} |"
@@ -101,12 +111,12 @@ def markdown(u: Upgrade) -> str:
     if u.moved:
         lines += ["", f"{len(u.moved)} package(s) moved: " + ", ".join(
             f"{x.name} {x.old or '∅'} → {x.new or '∅'}" for x in u.moved)]
-    lines += [f"- {r}" for r in u.reasons]
+    lines += [f"- {r}" for r in u.reasons] + [f"- fix: {f}" for f in u.fixes] + [f"- changed: {c}" for c in u.changes]
     return "\n".join(lines).replace("<", "&lt;").replace(">", "&gt;") + "\n"
 
 
 def table(u: Upgrade) -> Table:
-    t = Table(title=f"upgrade: {'safe' if u.safe else 'NOT safe'}", title_justify="left")
+    t = Table(title=f"upgrade: {u.label if u.verdict else ('safe' if u.safe else 'NOT safe')}", title_justify="left")
     t.add_column("")
     t.add_column("pinned", overflow="fold", max_width=44)
     t.add_column("candidate", overflow="fold", max_width=44)
