@@ -143,7 +143,8 @@ def to_html(results: Sequence[CellResult], title: str = "envbuilder compatibilit
     env = jinja2.Environment(loader=jinja2.PackageLoader("envbuilder.report", ""), autoescape=True,
                              undefined=jinja2.StrictUndefined)  # fmt: skip
     g = grid.build(results, rows, cols)
-    views = [cell_view(r, workdir=workdir, page_dir=page_dir, baseline=baseline) for r in results]
+    in_matrix_order = [e.result for row in g.row_values for col in g.col_values for e in g.at(row, col)]
+    views = [cell_view(r, workdir=workdir, page_dir=page_dir, baseline=baseline) for r in in_matrix_order]
     entries = {r.id: grid.entry(r, g.extra_axes) for r in results}
     return env.get_template("page.html.j2").render(
         title=title, version=__version__, generated=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
