@@ -158,6 +158,11 @@ def test_cell_view_of_the_h200_runs(tmp_path: Path) -> None:
     (tmp_path / "results").mkdir()
     assert views.cell_view(h200("oom"), workdir=tmp_path).logs == ()
     assert views.resolve_log(tmp_path, CELL, "/etc/passwd") is None
+    (tmp_path / "logs" / CELL).mkdir(parents=True)
+    (tmp_path / "logs" / CELL / "passwd").symlink_to("/etc/passwd")
+    (tmp_path / "logs" / CELL / "server.log").symlink_to("/etc/passwd")
+    assert views.resolve_log(tmp_path, CELL, "/etc/passwd") is None  # not a .log file
+    assert views.resolve_log(tmp_path, CELL, str(tmp_path / "logs" / CELL / "server.log")) is None  # leaves logs/
     spec = views.cell_view(h200("spec"), workdir=H200 / "spec")
     assert spec.spec is not None and spec.spec.acceptance_length == pytest.approx(3.673, abs=1e-3)
     assert spec.spec.identical_fraction == 1.0 and spec.spec.floor == 2.5

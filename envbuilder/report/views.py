@@ -340,17 +340,18 @@ def evidence_of(stages: Sequence[StageResult]) -> list[Evidence]:
 
 
 def resolve_log(workdir: Path | None, cell_id: str, stored: str) -> Path | None:
-    """A log the result names, found under ``workdir`` (the stored path, or the same file name in the workdir's
-    ``logs/<cell>/`` when the run happened elsewhere). Anything outside the workdir is never read or linked."""
+    """A log the result names, only when it is a ``.log`` file envbuilder wrote under ``<workdir>/logs/``: the
+    stored path, or the same file name in ``<workdir>/logs/<cell>/`` when the run happened elsewhere (the
+    committed H200 runs). A result may name any path (``/etc/passwd``): nothing else is read or linked."""
     if workdir is None or not stored:
         return None
-    root = workdir.resolve()
-    for cand in (Path(stored), root / "logs" / cell_id / Path(stored).name):
+    logs = (workdir / "logs").resolve()
+    for cand in (Path(stored), logs / cell_id / Path(stored).name):
         try:
             p = cand.resolve()
         except OSError:
             continue
-        if p.is_file() and p.is_relative_to(root):
+        if p.suffix == ".log" and p.is_relative_to(logs) and p.is_file():
             return p
     return None
 
