@@ -259,3 +259,22 @@ def test_the_pins_baseline_is_drawn_into_the_speed_plot(tmp_path: Path) -> None:
     (wd / "locks/production/provenance.json").write_text(json.dumps({"baseline": {"decode_tokens_per_s": 549.56}}))
     out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
     assert out.code == 0 and "pinned 549.6" in out.out and "dashed: the pinned baseline (550 tok/s)" in out.out
+
+
+def test_kv_prediction_is_drawn_when_stored() -> None:
+    """Predicted vs logged KV tokens, as the smoke stage stores them (``kv_tokens``)."""
+    r = h200("random")
+    smoke = r.stage("smoke")
+    assert smoke is not None
+    stored = {"predicted": 1_700_000, "logged": 1_606_158, "off": 0.0584, "within_tolerance": True, "tolerance": 0.15}
+    with_kv = r.with_stage(StageResult(name="smoke", status=smoke.status, reason=smoke.reason, message=smoke.message,
+                                       details={**smoke.details, "kv_tokens": stored}))  # fmt: skip
+    kv = views.cell_view(with_kv).kv
+    assert kv is not None and (kv.predicted_tokens, kv.logged_tokens, kv.within) == (1_700_000, 1_606_158, True)
+    html = report.to_html([with_kv])
+    assert "1,700,000" in html and "(+5.8%)" in html
+    why = {"predicted": None, "logged": 1_606_158, "why_no_prediction": "config.json not found"}
+    no = r.with_stage(StageResult(name="smoke", status=smoke.status, reason=smoke.reason, message=smoke.message,
+                                  details={**smoke.details, "kv_tokens": why}))  # fmt: skip
+    assert "config.json not found" in report.to_html([no])
+    assert "no prediction stored" in report.to_html([r])  # the committed run predates the prediction

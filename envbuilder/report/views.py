@@ -77,9 +77,15 @@ class Spec:
 
 @dataclass(frozen=True, kw_only=True)
 class Kv:
+    """KV-pool tokens: logged by the engine, predicted by envbuilder's sizing model (``off`` = predicted / logged
+    - 1, ``within`` its tolerance), and the peak usage the long-context check saw."""
+
     logged_tokens: int | None
     predicted_tokens: int | None
     usage_peak: float | None
+    off: float | None = None
+    within: bool | None = None
+    why_no_prediction: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,24 +218,29 @@ def spec(s: StageResult) -> Spec | None:
                 message=s.message)  # fmt: skip
 
 
-def kv(launch: Mapping[str, Any], stages: Sequence[StageResult]) -> Kv | None:
-    """KV tokens the engine logged (``KV Cache is allocated. #tokens``), the prediction when one was stored
-    (``kv_tokens_predicted`` in the launch or the precheck), and the peak usage the long-context check saw."""
-    logged = None
-    for m in launch.get("milestones") or []:
-        if isinstance(m, dict) and m.get("name") in ("max_tokens", "kv_cache"):
-            logged = _i(m.get("tokens")) or logged
-    predicted = _i(launch.get("kv_tokens_predicted"))
+def kv(smoke: Mapping[str, Any], stages: Sequence[StageResult]) -> Kv | None:
+    """From the smoke details: the comparison stored as ``kv_tokens`` ({predicted, logged, off,
+    within_tolerance, why_no_prediction}), else the tokens the engine logged (``KV Cache is allocated. #tokens``);
+    plus the peak usage the long-context check saw."""
+    stored = smoke.get("kv_tokens")
+    cmp: Mapping[str, Any] = stored if isinstance(stored, dict) else {}
+    logged = _i(cmp.get("logged"))
+    if logged is None:
+        for m in (smoke.get("launch") or {}).get("milestones") or []:
+            if isinstance(m, dict) and m.get("name") in ("max_tokens", "kv_cache"):
+                logged = _i(m.get("tokens")) or logged
+    predicted = _i(cmp.get("predicted"))
     usage = None
     for s in stages:
-        predicted = predicted or _i(s.details.get("kv_tokens_predicted"))
         if s.name == "smoke.long-context":
             usage = _f(s.details.get("kv_token_usage_metric"))
             if usage is None:
                 usage = _f(s.details.get("kv_token_usage_log"))
     if logged is None and predicted is None:
         return None
-    return Kv(logged_tokens=logged, predicted_tokens=predicted, usage_peak=usage)
+    within = cmp.get("within_tolerance")
+    return Kv(logged_tokens=logged, predicted_tokens=predicted, usage_peak=usage, off=_f(cmp.get("off")),
+              within=within if isinstance(within, bool) else None, why_no_prediction=str(cmp.get("why_no_prediction") or ""))  # fmt: skip
 
 
 def needles(s: StageResult) -> Needles | None:
@@ -387,5 +398,5 @@ def cell_view(r: CellResult, *, workdir: Path | None = None, page_dir: Path | No
     findings = tuple((str(f.get("rule", "")), str(f.get("status", "")), str(f.get("message", "")))
                      for s in r.stages if s.name == "precheck" for f in s.details.get("findings") or [] if isinstance(f, dict))  # fmt: skip
     return CellView(result=r, anchor="cell-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in r.id),
-                    stages=r.stages, timeline=tl, speed=sp, spec=sc, kv=kv(launch, r.stages) if launch else None,
+                    stages=r.stages, timeline=tl, speed=sp, spec=sc, kv=kv(smoke.details, r.stages) if smoke else None,
                     needles=nd, evidence=tuple(ev), log_tail=tail, logs=tuple(links), findings=findings)  # fmt: skip
