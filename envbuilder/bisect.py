@@ -28,8 +28,10 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envbuilder import build, importcheck
+from envbuilder import build, importcheck, probe, wheelhouse
 from envbuilder.errors import StageFailure
+from envbuilder.matrix import Cell, Matrix
+from envbuilder.resolve import build_request
 from envbuilder.results import Reason, Status
 from envbuilder.uvbin import uv_bin
 
@@ -182,15 +184,33 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             return Outcome.BAD, f"the test did not finish in {self.timeout_s:.0f} s", ""
         text = p.stdout + p.stderr
-        probe = importcheck.read_marked(p.stdout)
-        if probe is None:
+        marked = probe.read_marked(p.stdout)
+        if marked is None:
             return Outcome.BAD, f"the import probe did not run (exit {p.returncode}): {_last_line(text)}", text
-        for name, info in probe["modules"].items():
+        for name, info in marked["modules"].items():
             if not info["ok"]:
                 status, _, msg = importcheck.classify_import(name, info)
                 if status is Status.FAIL:
                     return Outcome.BAD, msg, str(info.get("traceback", ""))
         return Outcome.GOOD, "imports " + ", ".join(self.modules), ""
+
+
+def sandbox_for(m: Matrix, cell: Cell, workdir: Path, as_of: Mapping[str, str], *, python: str | None = None,
+                find_links: Sequence[str] | None = None, provided: Path | None = None,
+                test_command: str | None = None) -> Sandbox:  # fmt: skip
+    """The cell's trials' sandbox: its requirements and platform, the index (or offline wheel folders), the
+    interpreter (with what it already provides, from a ``pip freeze``), the import test or ``test_command``."""
+    req = build_request(m, cell, None)
+    freeze = wheelhouse.read_freeze(provided) if provided else {}
+    interpreter, provider_paths = build.venv_base(python or cell.python, provides=bool(freeze))
+    return Sandbox(
+        requirements=req.requirements, constraints=req.constraints, python_version=cell.python,
+        platform=req.platform, index_args=tuple(build.offline_index_args(find_links) if find_links
+                                                else req.index_args()),
+        interpreter=interpreter, workdir=workdir, test_command=test_command,
+        modules=tuple(importcheck.modules_for(m.server.engine, dict(as_of), list(cell.requirements()))),
+        provided=frozenset(freeze), provider_paths=tuple(provider_paths),
+    )  # fmt: skip
 
 
 def drifted(as_of: Mapping[str, str], fresh: Mapping[str, str], provided: Collection[str] = ()) -> list[str]:

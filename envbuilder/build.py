@@ -19,10 +19,13 @@ from typing import IO, Any
 
 from envbuilder import lock
 from envbuilder.errors import StageFailure
+from envbuilder.images import build_image_stage, image_exists
 from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext
 from envbuilder.results import CellResult, Reason, StageResult, Status
+from envbuilder.runners import run_group
 from envbuilder.uvbin import uv_bin
+from envbuilder.wheelhouse import read_freeze
 
 
 def venv_python(venv: Path) -> Path:
@@ -100,8 +103,6 @@ def sync_venv(venv: Path, requirements: Path, index_args: Sequence[str], log: IO
         argv.insert(3, "--require-hashes")
     full_env = {**clean_env(), **(env or {})}
     if run_dir is not None:
-        from envbuilder.runners import run_group
-
         return run_group(argv, run_dir=run_dir, name=f"build-{venv.name.split('.partial')[0]}", log=log,
                          env=full_env, timeout_s=timeout_s)  # fmt: skip
     return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=timeout_s,
@@ -181,8 +182,6 @@ def provided_from(ctx: RunContext) -> Provided | None:
     path = ctx.options.get("provided")
     if not path:
         return None
-    from envbuilder.wheelhouse import read_freeze
-
     return Provided(versions=read_freeze(Path(path)), source=str(path))
 
 
@@ -211,8 +210,6 @@ class BuildStage:
         if old.status is not Status.PASS:
             return True
         if old.details.get("runner") == "docker":
-            from envbuilder.images import image_exists
-
             return image_exists(str(old.details.get("image", "")))
         py = old.details.get("python")
         return bool(py) and Path(str(py)).exists()
@@ -244,6 +241,4 @@ class BuildStage:
             return StageResult(name=self.name, status=Status.PASS,
                                message=f"venv with {n} packages at {details['venv']}{extra}",
                                details={**details, "runner": "venv"})  # fmt: skip
-        from envbuilder.images import build_image_stage
-
         return build_image_stage(ctx, cell, lock_path)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuilder.errors import InputError
+from envbuilder.errors import InputError, did_you_mean
 
 SCHEMA = 1
 _KERNEL_MODULE = re.compile(r"NVRM version: NVIDIA UNIX (Open )?(?:\S+ )?Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
@@ -244,8 +244,6 @@ def load_facts(path: Path) -> dict[str, Any]:
              "nvidia_container_toolkit", "topology", "unknown"}  # fmt: skip
     for k in data:
         if k not in known:
-            from envbuilder.errors import did_you_mean
-
             raise InputError(where, k, f"unknown field{did_you_mean(k, known)}")
     driver = data.get("driver", {})
     if not isinstance(driver, dict):

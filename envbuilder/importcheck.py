@@ -10,22 +10,19 @@ there is no GPU driver here (``libcuda.so.1``, "no NVIDIA driver") is ``skip``, 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envbuilder import engines
+from envbuilder import engines, launchcheck, model
+from envbuilder.build import clean_env
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext
+from envbuilder.probe import NEEDS_GPU, read_marked
 from envbuilder.results import CellResult, Reason, StageResult, Status
-
-MARK = "ENVBUILDER-JSON "
-NEEDS_GPU = re.compile(r"libcuda\.so|no NVIDIA driver|Found no NVIDIA driver|CUDA driver|libnvidia-ml|"
-                       r"NVIDIA driver on your system|cudaGetDeviceCount|nvmlInit|No accelerator \(CUDA", re.I)  # fmt: skip
 
 PROBE = r"""
 import importlib, json, sys, traceback
@@ -44,12 +41,6 @@ except BaseException:
     pass
 print("ENVBUILDER-JSON " + json.dumps(out))
 """
-
-
-def read_marked(output: str, mark: str = MARK) -> dict[str, Any] | None:
-    """The JSON a probe printed after ``mark`` (the rest of its output is the engine's own logging)."""
-    line = next((ln for ln in output.splitlines() if ln.startswith(mark)), None)
-    return None if line is None else dict(json.loads(line[len(mark) :]))
 
 
 def modules_for(engine: str, locked: dict[str, str], axes: list[str] | None = None) -> list[str]:
@@ -100,8 +91,6 @@ def check_flags(args: Sequence[str], options: set[str]) -> tuple[list[str], list
 def run_in_env(build: StageResult, argv: list[str], timeout_s: float) -> tuple[int, str]:
     """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU)."""
     if build.details.get("runner") == "venv":
-        from envbuilder.build import clean_env
-
         cmd = [str(build.details["python"]), *argv]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
@@ -209,15 +198,9 @@ class ImportStage:
                                message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip
         launch_note = ""
         if engine == "sglang" and build.details.get("runner") == "venv":
-            from envbuilder import launchcheck, model
-
             config = model.find_config(ctx.matrix.model, ctx.matrix.path.parent)
             if config is not None:  # SGLang's own argument checks against the model's config: seconds, no weights
-                args = list(ctx.matrix.server.args)
-                if ctx.matrix.model.context_length:
-                    args = ["--context-length", str(ctx.matrix.model.context_length), *args]
-                from envbuilder.build import clean_env
-
+                args = launchcheck.launch_args(ctx.matrix)
                 env = {**clean_env(Path(str(build.details["venv"]))), **ctx.matrix.server.env}
                 verdict, _ = launchcheck.run([str(build.details["python"])], config, args, env=env)
                 details["launch_check"] = verdict.to_json()

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuilder.importcheck import NEEDS_GPU, read_marked
+from envbuilder.matrix import Matrix
+from envbuilder.probe import NEEDS_GPU, read_marked
 from envbuilder.results import Reason, Status
 
 MARK = "ENVBUILDER-LAUNCH "
@@ -130,6 +131,12 @@ def interpret(probe: dict[str, Any]) -> LaunchCheck:
     return LaunchCheck(status=Status.PASS, reason=Reason.OK,
                        message="SGLang accepts the launch" + (f" ({len(notes)} adjustment(s))" if notes else ""),
                        notes=notes, changed=changed)  # fmt: skip
+
+
+def launch_args(m: Matrix) -> list[str]:
+    """The flags SGLang's checks see: the context length (when set) and the user's ``[server] args``."""
+    args = list(m.server.args)
+    return ["--context-length", str(m.model.context_length), *args] if m.model.context_length else args
 
 
 def run(python_cmd: Sequence[str], model_config: Path, args: Sequence[str], *, timeout_s: float = 300,

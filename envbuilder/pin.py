@@ -18,6 +18,7 @@ from envbuilder import __version__, atomic, lock
 from envbuilder.errors import InputError
 from envbuilder.matrix import Cell, Matrix
 from envbuilder.pipeline import STAGE_ORDER, RunContext, Workspace
+from envbuilder.resolve import as_of_date, build_request, compile_lock
 from envbuilder.results import CellResult, Status
 
 
@@ -75,8 +76,6 @@ def read_provenance(ws: Workspace) -> dict[str, Any]:
 
 def check_pin(ctx: RunContext, cell: Cell) -> list[dict[str, str | None]]:
     """Re-resolve the pinned cell as of its release; the packages whose version differs from the pin."""
-    from envbuilder.resolve import as_of_date, build_request, compile_lock
-
     pinned = lock.read(production_dir(ctx.workspace) / "pylock.toml")
     when, _ = as_of_date(ctx, cell)
     req = build_request(ctx.matrix, cell, when)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,25 @@ class ResultStore:
         if not self.root.is_dir():
             return []
         return [load_result_file(p) for p in sorted(self.root.glob("*.json"))]
+
+
+def merge_result_files(paths: Sequence[Path]) -> list[CellResult]:
+    """The results in ``paths`` (files, or folders searched for ``*.json``), one per cell; a cell found twice with
+    different results is an input error naming both files."""
+    seen: dict[str, tuple[Path, CellResult]] = {}
+    for d in paths:
+        files = [d] if d.is_file() else sorted(d.rglob("*.json"))
+        if not d.exists():
+            raise InputError(str(d), None, "does not exist")
+        for f in files:
+            r = load_result_file(f)
+            if r.id in seen:
+                prev_path, prev = seen[r.id]
+                if prev.to_json() != r.to_json():
+                    raise InputError(str(f), r.id, f"conflicts with {prev_path} (same cell, different results)")
+                continue
+            seen[r.id] = (f, r)
+    return [r for _, r in seen.values()]
 
 
 def load_result_file(path: Path) -> CellResult:

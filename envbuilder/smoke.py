@@ -14,19 +14,22 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuilder import engines
+from envbuilder.checks import SPEC_FLAGS, run_checks
 from envbuilder.client import EngineClient, ready_probe
 from envbuilder.engines import EngineSpec
-from envbuilder.errors import InputError, StageFailure
+from envbuilder.errors import InputError, StageFailure, did_you_mean
+from envbuilder.importcheck import run_in_env
 from envbuilder.matrix import NONE, Cell, Matrix
 from envbuilder.monitor import LaunchOutcome, LogLine, WatchLimits, watch
 from envbuilder.pipeline import RunContext
 from envbuilder.results import CellResult, Reason, StageResult, Status
 from envbuilder.runners import ExternalRunner, LocalRunner, ServerHandle, free_port
+from envbuilder.runners.docker import DockerRunner
 
 SUITE_VERSION = 1
 
@@ -104,8 +107,6 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
                                    context_length=_ctx_len(m))  # fmt: skip
         return Launch(argv=argv, env=env, base_url=f"http://{host}:{port}", runner="local", model=model)
     image = str(build.details["image"])
-    from envbuilder.importcheck import run_in_env
-
     model = resolve_model_path(m, lambda argv: run_in_env(build, argv, timeout_s=120))
     in_image = "/model" if Path(model).exists() else model  # a local model is mounted at /model
     argv = engines.launch_argv(spec, "python3", in_image, "0.0.0.0", port, user_args, tp=m.model.tp,
@@ -141,8 +142,6 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
     if launch.runner == "external":
         runner_cm: AbstractContextManager[ServerHandle] = ExternalRunner().start([], env=launch.env, base_url=launch.base_url, name=name)
     elif launch.runner == "docker":
-        from envbuilder.runners.docker import DockerRunner
-
         runner_cm = DockerRunner(labels={"envbuilder.cell": cell.id}).start(
             launch.argv, env=launch.env, base_url=launch.base_url, name=f"{cell.id}-{name}", image=launch.image or "",
             model_dir=launch.model if Path(launch.model).exists() else None, gpus=cell.cuda != NONE)
@@ -198,8 +197,6 @@ class SmokeStage:
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         b = prior.stage("build")
         facts = {k: ctx.host_facts.get(k) for k in ("gpus", "driver")}
-        from dataclasses import asdict
-
         return {"checks": list(self.selected(ctx)), "suite": SUITE_VERSION, "build": b.inputs if b else None,
                 "model": asdict(ctx.matrix.model), "server": asdict(ctx.matrix.server),
                 "smoke": asdict(ctx.matrix.smoke), "facts": facts, "base_url": ctx.options.get("base_url")}  # fmt: skip
@@ -213,7 +210,10 @@ class SmokeStage:
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.NO_GPU,
                                message="no GPU on this machine: run the smoke stage on the GPU runner")  # fmt: skip
         launch = plan_launch(ctx, cell, prior)
-        from envbuilder.checks import run_checks
+
+        def reference() -> AbstractContextManager[Running]:  # the same cell without speculation, for smoke.spec
+            plain = plan_launch(ctx, cell, prior, drop_args=SPEC_FLAGS.get(m.server.engine, ()))
+            return started(ctx, cell, plain, name="reference")
 
         with started(ctx, cell, launch, name="server", echo=self.echo) as srv:
             outcome, client = srv.outcome, srv.client
@@ -229,7 +229,7 @@ class SmokeStage:
                 return StageResult(name=self.name, status=Status.PASS,
                                    message=f"ready in {outcome.ready_s:.1f} s ({phases}); no checks selected",
                                    details=details)  # fmt: skip
-            return run_checks(ctx, cell, prior, client, checks, details, srv.lines)
+            return run_checks(ctx, reference, client, checks, details, srv.lines)
 
 
 def parse_checks(text: str) -> tuple[str, ...]:
@@ -242,7 +242,5 @@ def parse_checks(text: str) -> tuple[str, ...]:
     out = tuple(c.strip() for c in text.split(",") if c.strip())
     for c in out:
         if c not in known:
-            from envbuilder.errors import did_you_mean
-
             raise InputError("command line", "--checks", f"unknown check {c!r}{did_you_mean(c, known)}")
     return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import cli
+from envbuilder.cli import ui as ui_mod
 from envbuilder.pipeline import StageEvent
 from envbuilder.results import StageResult, Status
 from tests.conftest import ROOT, envbuilder, write
@@ -65,9 +65,9 @@ def test_the_wheel_carries_its_data_files(tmp_path: Path) -> None:
 def test_ci_logs_fold_per_stage_under_github_actions(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Under GitHub Actions each stage's lines sit in one ``::group::`` fold; elsewhere no markers."""
     def feed() -> list[str]:
-        out, err = cli._consoles(False)
-        ui = cli.Ui(out=out, err=err, json=False, verbose=False)
-        on_event = cli._progress(ui)
+        out, err = ui_mod.consoles(False)
+        ui = ui_mod.Ui(out=out, err=err, json=False, verbose=False)
+        on_event = ui_mod.progress(ui)
         for stage in ("resolve", "precheck"):
             for cell in ("a", "b"):
                 on_event(StageEvent(cell_id=cell, stage=stage))

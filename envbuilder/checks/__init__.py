@@ -7,18 +7,34 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
 from envbuilder import engines
 from envbuilder.checks import degeneracy, engine_facts, golden
 from envbuilder.client import EngineClient
-from envbuilder.matrix import Cell
+from envbuilder.monitor import LaunchOutcome
 from envbuilder.pipeline import RunContext
-from envbuilder.results import CellResult, Reason, StageResult, Status
+from envbuilder.results import Reason, StageResult, Status
+
+
+class Server(Protocol):
+    """A started server as the checks see it (the smoke stage starts it)."""
+
+    @property
+    def outcome(self) -> LaunchOutcome: ...
+
+    @property
+    def client(self) -> EngineClient: ...
+
+
+# Starts the cell's server once more without speculation (the reference of ``smoke.spec``); the smoke stage owns it.
+StartReference = Callable[[], AbstractContextManager[Server]]
 
 # flags that turn speculative decoding on, per engine; the losslessness reference launches without them
 SPEC_FLAGS = {
@@ -117,9 +133,7 @@ def first_tokens(text: str, n: int) -> list[str]:
     return text.split()[:n]
 
 
-def check_spec(ctx: RunContext, cell: Cell, prior: CellResult, client: EngineClient, col: Collected) -> StageResult:
-    from envbuilder import smoke
-
+def check_spec(ctx: RunContext, client: EngineClient, col: Collected, start_reference: StartReference) -> StageResult:
     m = ctx.matrix
     if not uses_speculation(ctx):
         return _result("spec", Status.SKIP, Reason.NOT_APPLICABLE, "speculative decoding is not on in this cell's launch")
@@ -140,8 +154,7 @@ def check_spec(ctx: RunContext, cell: Cell, prior: CellResult, client: EngineCli
         except requests.RequestException:
             per_request = None
     # the reference: the same cell launched without speculation
-    launch = smoke.plan_launch(ctx, cell, prior, drop_args=SPEC_FLAGS.get(m.server.engine, ()))
-    with smoke.started(ctx, cell, launch, name="reference") as ref:
+    with start_reference() as ref:
         if not ref.outcome.ready:
             return _result("spec", Status.ERROR, ref.outcome.reason,
                            f"the no-speculation reference did not start: {ref.outcome.message}",
@@ -256,7 +269,7 @@ def check_long_context(ctx: RunContext, client: EngineClient, col: Collected, se
                    + (f"; peak KV usage {usage:.0%}" if usage is not None else ""), **nums)  # fmt: skip
 
 
-def run_checks(ctx: RunContext, cell: Cell, prior: CellResult, client: EngineClient, checks: tuple[str, ...],
+def run_checks(ctx: RunContext, start_reference: StartReference, client: EngineClient, checks: tuple[str, ...],
                details: dict[str, Any], server_lines: list[str] | None = None) -> StageResult:  # fmt: skip
     """Run the selected checks in order (degeneracy last: it judges every text the others produced)."""
     col = Collected()
@@ -268,7 +281,7 @@ def run_checks(ctx: RunContext, cell: Cell, prior: CellResult, client: EngineCli
             if name == "golden":
                 r = check_golden(ctx, client, col)
             elif name == "spec":
-                r = check_spec(ctx, cell, prior, client, col)
+                r = check_spec(ctx, client, col, start_reference)
             elif name == "speed":
                 r = check_speed(ctx, client, col)
             elif name == "long-context":

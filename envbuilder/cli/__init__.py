@@ -1,0 +1,79 @@
+"""The command line. It owns all output; the library below it never prints.
+
+Exit codes: 0 every selected cell passed or was skipped as not applicable here, 1 some cell failed
+or could not be decided, 2 usage or input error (one line naming the file and key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rich.markup import escape
+
+from envbuilder import __version__, errors
+from envbuilder.cli import airgap, pin, probes, report, stages
+from envbuilder.cli.options import Command
+from envbuilder.cli.ui import Ui, consoles
+from envbuilder.errors import EnvbuilderError, InputError
+
+# One module per command family (argparse and output only; the stage modules do the work): stages, report, pin,
+# airgap, probes; ui (all output) and options (what the families share).
+COMMANDS: dict[str, Command] = {**stages.COMMANDS, **report.COMMANDS, **pin.COMMANDS, **airgap.COMMANDS,
+                                **probes.COMMANDS}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit 2 (never a traceback)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError("command line", None, f"{message} (see `{self.prog} --help`)")
+
+
+def _common(suppress: bool) -> _Parser:
+    """Global options, accepted before and after the sub-command (sub-parsers must not reset them)."""
+    d: Callable[[Any], Any] = (lambda _v: argparse.SUPPRESS) if suppress else (lambda v: v)
+    c = _Parser(add_help=False)
+    c.add_argument("--matrix", type=Path, default=d(Path("matrix.toml")), help="matrix file (default: ./matrix.toml)")
+    c.add_argument("--workdir", type=Path, default=d(Path(".envbuilder")), help="work folder (default: .envbuilder/)")
+    c.add_argument("--json", action="store_true", default=d(False), help="print results as JSON")
+    c.add_argument("-v", "--verbose", action="store_true", default=d(False), help="stream logs live")
+    return c
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="envbuilder", description=__doc__, parents=[_common(False)],
+                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--version", action="version", version=f"envbuilder {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub_common = _common(True)
+    for name, command in COMMANDS.items():
+        sp = sub.add_parser(name, help=command.help, description=command.help, parents=[sub_common])
+        command.configure(sp)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    json_mode = "--json" in (argv if argv is not None else sys.argv[1:])
+    out, err = consoles(json_mode)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return errors.EXIT_INPUT
+        ui = Ui(out=out, err=err, json=args.json, verbose=args.verbose)
+        return COMMANDS[args.command].handler(args, ui)
+    except EnvbuilderError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except BrokenPipeError:  # `envbuilder ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return errors.EXIT_OK

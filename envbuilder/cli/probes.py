@@ -1,0 +1,98 @@
+"""Checks without the pipeline: launch-check (SGLang's own argument checks), degeneracy (judge texts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from rich.markup import escape
+
+from envbuilder import errors, launchcheck, model
+from envbuilder.checks import degeneracy
+from envbuilder.cli.options import (
+    Command,
+    one_cell,
+)
+from envbuilder.cli.ui import Ui
+from envbuilder.errors import InputError
+from envbuilder.pipeline import Workspace
+from envbuilder.results import Status
+
+
+def _configure_launch_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cell", help="the cell (an id or a filter matching one cell)")
+    p.add_argument("--python", help="run in this interpreter instead of the cell's venv (e.g. a runner's python3)")
+
+
+def cmd_launch_check(args: argparse.Namespace, ui: Ui) -> int:
+    """SGLang's own argument checks for the cell's launch, against the model's config.json, no GPU needed."""
+    m, cell = one_cell(args)
+    config = model.find_config(m.model, args.matrix.parent)
+    if config is None:
+        raise errors.InputError(str(args.matrix), "[model]", "no config.json found: set [model] config or a local path")
+    if args.python:
+        python = shlex.split(args.python)
+    else:
+        r = Workspace(args.workdir).results.load(cell.id)
+        build = r.stage("build") if r else None
+        if build is None or build.details.get("runner") != "venv":
+            raise errors.InputError("command line", "--python", "no venv for this cell: build it or pass --python")
+        python = [str(build.details["python"])]
+    verdict, probe = launchcheck.run(python, config, launchcheck.launch_args(m), env={**os.environ, **m.server.env})
+    if ui.json:
+        ui.print_json({"cell": cell.id, **verdict.to_json(), "log": probe.get("log", "")[-2000:]})
+    else:
+        ui.out.print(f"{cell.id}: {verdict.status.value} {verdict.reason.value} — {escape(verdict.message)}")
+        for n in verdict.notes:
+            ui.out.print(f"  note: {escape(n)}")
+    return errors.EXIT_OK if verdict.status in (Status.PASS, Status.SKIP) else errors.EXIT_CELLS_FAILED
+
+
+def _configure_degeneracy(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", nargs="?", default="-", help="JSON lines {\"id\", \"text\"} or plain text; - for stdin")
+
+
+def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
+    """One verdict per text; exit 1 if any text is degenerate."""
+    if args.file == "-":
+        text, where = sys.stdin.read(), "stdin"
+    else:
+        where = args.file
+        try:
+            text = Path(args.file).read_text()
+        except OSError as e:
+            raise InputError(args.file, None, f"cannot read ({e.strerror or e})") from None
+    items: list[tuple[object, str, str | None]] = []
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    as_jsonl = bool(lines) and all(ln.lstrip().startswith("{") for ln in lines)
+    if as_jsonl:
+        for n, ln in enumerate(lines, 1):
+            try:
+                obj = json.loads(ln)
+            except ValueError as e:
+                raise InputError(where, f"line {n}", f"not JSON ({e})") from None
+            if not isinstance(obj, dict) or "text" not in obj:
+                raise InputError(where, f"line {n}", "needs a \"text\" field")
+            items.append((obj.get("id", n), "" if obj["text"] is None else str(obj["text"]), obj.get("finish_reason")))
+    else:
+        items.append((1, text, None))
+    bad = False
+    for ident, body, finish in items:
+        v = degeneracy.detect(body, finish_reason=finish)
+        bad |= v.degenerate
+        if ui.json:
+            sys.stdout.write(json.dumps({"id": ident, "verdict": v.label, "signals": list(v.signals)}) + "\n")
+        else:
+            sig = f" ({', '.join(v.signals)})" if v.signals else ""
+            ui.out.print(f"{ident}: {v.label}{escape(sig)}")
+    return errors.EXIT_CELLS_FAILED if bad else errors.EXIT_OK
+
+
+COMMANDS = {
+    "launch-check": Command("SGLang's own argument checks against the model's config.json (no GPU, no weights)", _configure_launch_check, cmd_launch_check),
+    "degeneracy": Command("judge generated texts: degenerate or ok, with the signals that fired", _configure_degeneracy, cmd_degeneracy),
+}
