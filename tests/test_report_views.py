@@ -278,3 +278,16 @@ def test_kv_prediction_is_drawn_when_stored() -> None:
                                   details={**smoke.details, "kv_tokens": why}))  # fmt: skip
     assert "config.json not found" in report.to_html([no])
     assert "no prediction stored" in report.to_html([r])  # the committed run predates the prediction
+
+
+def test_lossy_speculation_shows_where_the_outputs_part() -> None:
+    r = h200("spec")
+    spec = r.stage("smoke.spec")
+    assert spec is not None
+    lossy = r.with_stage(StageResult(name="smoke.spec", status=Status.FAIL, reason=Reason.SPEC_LOSSY, message="lossy",
+                                     details={**spec.details, "identical_fraction": 0.667, "first_diverging": {
+                                         "id": "capital", "with_spec": "The capital of France is Lyon.",
+                                         "without_spec": "The capital of France is Paris."}}))  # fmt: skip
+    (ev,) = views.cell_view(lossy).evidence
+    assert ev.check == "smoke.spec" and "Paris" in ev.expected
+    assert [(p.text, p.kind) for p in ev.answer] == [("The capital of France is ", ""), ("Lyon.", "diverge")]

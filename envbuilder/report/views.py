@@ -334,12 +334,14 @@ def evidence_of(stages: Sequence[StageResult]) -> list[Evidence]:
                 answer, extra = flagged(f"long-context:{p.get('tokens')}@{p.get('depth')}", got, evidence.needle_spans(got, exp))
                 out.append(Evidence(check=s.name, title=f"needle at {p.get('tokens')} tokens, depth {p.get('depth')}",
                                     expected=f"the number {exp}", answer=answer, notes=extra))  # fmt: skip
-        elif s.name == "smoke.spec" and s.status is Status.FAIL:
-            for p in d.get("differences") or d.get("mismatches") or []:
-                if isinstance(p, dict):
-                    out.append(Evidence(check=s.name, title="greedy output differs without speculation",
-                                        prompt=str(p.get("prompt", "")), expected=str(p.get("reference", "")),
-                                        answer=(Piece(text=str(p.get("got", p.get("spec", "")))),)))  # fmt: skip
+        elif s.name == "smoke.spec" and isinstance(d.get("first_diverging"), dict):
+            div = d["first_diverging"]
+            got, ref = str(div.get("with_spec", "")), str(div.get("without_spec", ""))
+            k = next((i for i, (a, b) in enumerate(zip(got, ref, strict=False)) if a != b), min(len(got), len(ref)))
+            span = [evidence.Span(start=k, end=len(got), kind="diverge", note=f"differs from character {k} on")] if k < len(got) else []
+            out.append(Evidence(check=s.name, title=f"prompt {div.get('id', '?')}: greedy output with speculation differs",
+                                expected=f"the same text as without speculation: {ref!r}",
+                                answer=tuple(evidence.pieces(got, span))))  # fmt: skip
     for key, (text, signals, numbers, findings) in degenerate.items():
         if key in used:
             continue
