@@ -47,6 +47,18 @@ SUBTLE = (
 )
 
 
+# collected as healthy, relabelled after reading them whole (not because of a detector verdict): each holds
+# eight or more back-to-back near-identical repeats, i.e. a loop by the set's definition; not clearly broken
+RELABELLED = (
+    ("https://github.com/ku-nlp/ja-vicuna-qa-benchmark/blob/", "以下はPythonで2つのスタック"),  # 9 identical blocks
+    ("https://github.com/tatsu-lab/alpaca_eval/blob/", "- Regular verbs in the present tense"),  # template loop
+)
+
+
+def relabelled(row: dict[str, str]) -> bool:
+    return any(row.get("url", "").startswith(u) and row["text"].startswith(t) for u, t in RELABELLED)
+
+
 def subtle(row: dict[str, str]) -> bool:
     return any(row.get("url", "").startswith(u) and row["text"].startswith(t) for u, t in SUBTLE)
 
@@ -96,14 +108,14 @@ def main(paths: list[str]) -> None:
             continue
         seen.add(key)
         g = r.get("group") or group_of(r)
-        label = "degenerate" if r["label"] == "degenerate" else "ok"
+        label = "degenerate" if r["label"] == "degenerate" or relabelled(r) else "ok"
         side = "calibration" if g == "envbuilder:hand-written" or not heldout(g) else "heldout"
-        rid = f"{'deg' if label == 'degenerate' else 'ok'}-{hashlib.sha1(r['text'].encode()).hexdigest()[:10]}"
+        rid = f"{'deg' if r['label'] == 'degenerate' else 'ok'}-{hashlib.sha1(r['text'].encode()).hexdigest()[:10]}"
         out = {"id": rid, "text": r["text"], "expected": label, "shape": r.get("shape", ""),
                "lang": r.get("lang", ""), "group": g, "source": r["source"], "url": r.get("url", ""),
                "note": r.get("note", "")}
         if label == "degenerate":
-            out["clear"] = not subtle(r)
+            out["clear"] = not subtle(r) and not relabelled(r)
         if r.get("finish_reason"):
             out["finish_reason"] = r["finish_reason"]
         sides[side].append(out)
