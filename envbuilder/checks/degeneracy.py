@@ -1,191 +1,728 @@
-"""The degenerate-output detector: is a generated text empty, a loop, or soup?
+"""The degenerate-output detector: is a generated text empty, a loop, or soup? With the span that says so.
 
-Signals (thresholds are module constants, documented here and in the README):
+Every signal is a `Finding` (signal, character span in the original text, detail). Strong findings — one is
+enough:
 
-strong — one is enough:
-  ``empty``         nothing but whitespace, or the literal "None"/"null" (SGLang issue 19393's symptom)
-  ``loop``          the tail is one unit (1–128 characters, or 1–32 words) repeated, covering
-                    ≥ LOOP_COVER of the text and at least LOOP_MIN_REPEATS times
-  ``symbol-soup``   ≥ SYMBOL_FRACTION of the non-space characters are symbols other than prose punctuation
-                    (``,.;:'"?!()``), texts ≥ 24 chars that are not code, tables or JSON
-  ``script-soup``   ≥ MIXED_SCRIPT_WORDS words that mix writing systems inside one word ("schem中lest")
-  ``lexical-soup``  ≥ LEXICAL_SOUP of the words are glued sub-words (≥ 14 letters) or carry a capital
-                    inside ("AndreartypeActually"), in prose (not code)
+  ``empty``           nothing but whitespace, or the literal "None"/"null"
+  ``loop``            a unit repeated back to back, found at several granularities on normalised text: content
+                      pieces (words; CJK characters one by one; punctuation and whitespace dropped), lines
+                      (case, spacing and edge punctuation normalised), the model's own tokens when given, and
+                      sub-word units inside one long token (``nynyny``, ``(rr(rr(rr``)
+  ``char-run``        one character repeated (``!!!!``, ``GGGG``, ``0000``, ``@@@@``, emoji); decoration
+                      characters (``-=_*#~.``) only glued to text or far beyond a separator line's length
+  ``whitespace-run``  whitespace growth: a run of blank lines or spaces no formatting needs (JSON/code opened,
+                      then spaces and newlines)
+  ``special-tokens``  chat-template / vocabulary tokens leaking into the text (``<|im_start|>``, ``<unk>``)
+  ``script-soup``     words that glue writing systems together where the text's own language would not
+                      (``schem中lest``, ``вариantes``); CJK next to Latin identifiers is normal
+  ``lexical-soup``    Latin words glued from sub-words (``AndreartypeActually``) in prose
+  ``mojibake``        U+FFFD replacement characters from broken byte sequences
+  ``stutter``         every word emitted twice (``TheThe New New England England``)
+  ``sparse``          hardly any letters or digits in a longer text that is not a table or code
 
-weak — two are needed:
-  ``rep-4``         fraction of repeated word 4-grams (Welleck et al. 2019) ≥ REP4 (with ≥ 16 4-grams)
-  ``distinct-2``    distinct word bigrams / bigrams ≤ DISTINCT2 (with ≥ 16 bigrams)
-  ``compression``   zlib compression ratio ≥ COMPRESSION (Whisper's 2.4), texts ≥ 200 bytes
-  ``runaway``       generation hit max_tokens (``finish_reason == "length"``) while another weak signal fired
+Weak findings (two are needed, never in code or tables): ``low-diversity`` (distinct word bigrams),
+``runaway`` (hit max_tokens while another signal fired), a few ``special-tokens``.
 
-In code, markdown tables and JSON (``looks_structured``) weak signals never add up, and a loop counts only
-when the generation ran to max_tokens or repeats ≥ STRUCTURED_LOOP_REPEATS times (else it is the weak
-``repeated-lines``): numbered lists, counting, code with repeated lines, tables and JSON arrays pass.
+`Verdict.turned_at` is the character offset of the earliest strong finding (where a fluent start turned);
+`StreamJudge` does the same over streamed pieces and reports the piece (token) index. Thresholds are module
+constants, tuned on tests/fixtures/degeneracy-calibration.jsonl only.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-import zlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-LOOP_COVER = 0.5
-LOOP_MIN_REPEATS = 4
-LOOP_MIN_CHARS = 24
-SYMBOL_FRACTION = 0.30
-STRUCTURED_LOOP_REPEATS = 10
-MIXED_SCRIPT_WORDS = 2
-LEXICAL_SOUP = 0.10
+# loops over content pieces
+PIECE_MAX_PERIOD = 128
+LOOP_REPEATS_TAIL = 4  # a loop that runs to the end of the text (ran away)
+LOOP_REPEATS_MID = 6  # a loop followed by more text
+LOOP_REPEATS_SINGLE = 6  # one piece repeated ("the the the"): laughter and emphasis repeat a few times
+LOOP_LONG_UNIT = 24  # a unit this long (a paragraph) repeated back to back is a loop sooner
+LOOP_REPEATS_LONG = 2.5
+LOOP_REPEATS_STRUCTURED = 8  # code and tables repeat lines legitimately
+LOOP_FUZZY_PERIOD = 8  # from this period on, a repeat may differ in one isolated piece
+LOOP_MIN_CHARS = 16  # span of the repeated region
+LINE_MAX_PERIOD = 16
+LINE_REPEATS = 3
+LINE_MIN_CHARS = 12  # a repeated line shorter than this ("}", "- ") is not a loop
+LINE_REPEATS_BARE = 20  # the same line without letters or digits ("  |     |", ">") this many times
+SUBWORD_REPEATS = 5
+SUBWORD_MIN_CHARS = 12
+# runs of one character
+RUN_SYMBOL = 8  # "!!!!!!!!", "@@@@", emoji
+RUN_BRACKET = 12  # "))))))))" closes Lisp
+RUN_LETTER = 12  # "GGGGGGGGGGGG"
+RUN_CJK = 6
+RUN_DIGIT = 14
+RUN_DECOR_GLUED = 16  # "One################"
+RUN_DECOR_LINE = 200  # a separator line no table needs
+# whitespace
+WS_NEWLINES = 12  # blank lines in a row
+WS_SPACES = 120
+WS_LINES_IN_RUN = 6  # a whitespace run spanning this many line breaks with spaces between
+# soup
+SCRIPT_SOUP_WORDS = 2
 LEXICAL_MIN_WORDS = 20
-REP4 = 0.5
-DISTINCT2 = 0.35
-COMPRESSION = 2.4
+LEXICAL_SOUP = 0.10
+MOJIBAKE = 2
+SPECIAL_TOKENS = 3
+STUTTER_PAIRS = 6
+STUTTER_FRACTION = 0.3
+SYMBOL_SOUP = 0.35  # punctuation/symbols among visible characters, in prose with words
+SYMBOL_SOUP_LETTERS = 0.25  # ...that still has letters (ASCII art has hardly any)
+SYMBOL_SOUP_MIN_CHARS = 40
+HAN_NORMAL = 0.2  # share of CJK letters from which CJK next to Latin is ordinary text
+SPARSE_MIN_CHARS = 40
+SPARSE_FRACTION = 0.15
+DISTINCT2 = 0.3
+DISTINCT2_MIN_BIGRAMS = 50
 
-_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
-_PROSE_PUNCT = set(",.;:'\"?!()")
-_CODE_LINE = re.compile(r"^\s*(def |class |import |from |return\b|if |elif |else\b|for |while |print\(|const |let |var |"
-                        r"function\b|#|//|[\w.\[\]]+\s*[+\-*/]?=[^=]|[}{)\]];?,?$|\w+\(.*\);?$)")
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One signal, with the span of the original text it covers (start inclusive, end exclusive)."""
+
+    signal: str
+    start: int
+    end: int
+    detail: str
+    strong: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
     degenerate: bool
-    signals: tuple[str, ...]
+    findings: tuple[Finding, ...] = ()
     numbers: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return "degenerate" if self.degenerate else "ok"
 
+    @property
+    def signals(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f.signal for f in self.findings))
 
-def _script(ch: str) -> str:
+    @property
+    def turned_at(self) -> int | None:
+        """Character offset where the text turned degenerate (earliest deciding finding)."""
+        deciding = [f for f in self.findings if f.strong] or (list(self.findings) if self.degenerate else [])
+        return min(f.start for f in deciding) if deciding else None
+
+    def explain(self) -> str:
+        if not self.findings:
+            return "ok: no signal"
+        return "; ".join(f"{f.signal} [{f.start}:{f.end}] {f.detail}" for f in self.findings)
+
+
+# ---------------------------------------------------------------------------------------------- characters
+
+_CJK = ("CJK", "HIRAGANA", "KATAKANA", "IDEOGRAPHIC", "KANGXI", "BOPOMOFO")
+
+
+@lru_cache(maxsize=65536)
+def script(ch: str) -> str:
+    """Writing system of a letter: LATIN, CYRILLIC, GREEK, HAN (Chinese/Japanese), HANGUL, ARABIC, …"""
+    cat = unicodedata.category(ch)
+    if not (cat.startswith("L") or cat.startswith("M")):
+        return ""
     try:
         name = unicodedata.name(ch)
     except ValueError:
         return "?"
-    return name.split(" ", 1)[0]  # LATIN, CYRILLIC, GREEK, CJK, ARABIC, HANGUL, ...
+    if name.startswith(_CJK):
+        return "HAN"
+    if name.startswith(("FULLWIDTH", "HALFWIDTH")):
+        return "HAN" if "KATAKANA" in name or "HANGUL" not in name and "LATIN" not in name else "WIDE"
+    first = name.split(" ", 1)[0]
+    return "HANGUL" if first == "HANGUL" else first
 
 
-def periodic_tail(seq: Sequence[str], max_period: int, min_len: int = 0) -> tuple[int, int] | None:
-    """(period, covered items) of the longest tail of ``seq`` that repeats one unit of 1..max_period items
-    at least LOOP_MIN_REPEATS times (and covers at least ``min_len`` items)."""
-    n = len(seq)
-    best: tuple[int, int] | None = None
-    for p in range(1, min(max_period, n // LOOP_MIN_REPEATS) + 1):
-        run = 0
-        i = n - 1
-        while i - p >= 0 and seq[i] == seq[i - p]:
-            run += 1
-            i -= 1
-        covered = run + p
-        if covered >= max(min_len, p * LOOP_MIN_REPEATS) and (best is None or covered > best[1]):
-            best = (p, covered)
-    return best
+def _kind(ch: str) -> str:
+    """l(etter incl. marks), d(igit), s(pace), p(unctuation/symbol)."""
+    if ch.isspace():
+        return "s"
+    cat = unicodedata.category(ch)
+    if cat[0] in "LM":
+        return "l"
+    if cat[0] == "N":
+        return "d"
+    return "p"
 
 
-def find_loop(text: str) -> tuple[int, int] | None:
-    """(period, covered characters) of the longest periodic tail, character level, period 1..128."""
-    return periodic_tail(text.rstrip(), 128, LOOP_MIN_CHARS)
+@dataclass(frozen=True)
+class _Piece:
+    norm: str
+    start: int
+    end: int
 
 
-def find_word_loop(words: list[str]) -> tuple[int, int] | None:
-    """(period, covered words) of the longest periodic tail at word level, period 1..32."""
-    return periodic_tail(words, 32)
+def pieces(text: str) -> list[_Piece]:
+    """Content pieces: words (case-folded), digit runs, each CJK character on its own; punctuation, symbols
+    and whitespace dropped — so "word's, word's," and "word's word's" are the same sequence."""
+    out: list[_Piece] = []
+    i, n = 0, len(text)
+    while i < n:
+        k = _kind(text[i])
+        if k == "l":
+            j = i
+            while j < n and _kind(text[j]) == "l":
+                j += 1
+            _split_letters(text, i, j, out)
+            i = j
+        elif k == "d":
+            j = i
+            while j < n and _kind(text[j]) == "d":
+                j += 1
+            out.append(_Piece(text[i:j], i, j))
+            i = j
+        else:
+            i += 1
+    return out
 
 
-def rep_n(tokens: list[str], n: int) -> float | None:
-    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-    if len(grams) < 16:
-        return None
-    return 1.0 - len(set(grams)) / len(grams)
+def _split_letters(text: str, i: int, j: int, out: list[_Piece]) -> None:
+    s = i
+    while s < j:
+        sc = script(text[s])
+        if sc == "HAN":  # no spaces in Chinese/Japanese: one piece per character
+            out.append(_Piece(text[s], s, s + 1))
+            s += 1
+            continue
+        e = s + 1
+        while e < j and script(text[e]) != "HAN":
+            e += 1
+        out.append(_Piece(text[s:e].casefold(), s, e))
+        s = e
 
 
-def distinct_n(tokens: list[str], n: int) -> float | None:
-    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-    if len(grams) < 16:
-        return None
-    return len(set(grams)) / len(grams)
+# ------------------------------------------------------------------------------------------------ repeats
+
+
+@dataclass(frozen=True)
+class Run:
+    """seq[start:end] repeats a unit of `period` items; `repeats` = (end - start) / period."""
+
+    start: int
+    end: int
+    period: int
+
+    @property
+    def repeats(self) -> float:
+        return (self.end - self.start) / self.period
+
+
+def periodic_runs(seq: Sequence[Hashable], max_period: int, min_repeats: float,
+                  fuzzy_from: int | None = None) -> list[Run]:  # fmt: skip
+    """Maximal back-to-back repetitions of a unit of 1..max_period items, at least `min_repeats` times,
+    smallest period first for the same region. From period `fuzzy_from` on, a repeat may differ from the
+    previous one in isolated single items (a loop whose separator token varies)."""
+    ids: dict[Hashable, int] = {}
+    xs = [ids.setdefault(x, len(ids)) for x in seq]
+    n = len(xs)
+    found: list[Run] = []
+    for p in range(1, min(max_period, n // 2) + 1):
+        fuzzy = fuzzy_from is not None and p >= fuzzy_from
+        k = p
+        while k < n:
+            if xs[k] != xs[k - p]:
+                k += 1
+                continue
+            s, last_miss = k, -n
+            while k < n:
+                if xs[k] != xs[k - p]:
+                    # one differing item per repeat, between matching neighbours
+                    if not (fuzzy and k - last_miss >= p and k + 1 < n and xs[k + 1] == xs[k + 1 - p]):
+                        break
+                    last_miss = k
+                k += 1
+            run = Run(s - p, k, p)
+            if run.repeats >= min_repeats:
+                found.append(run)
+    found.sort(key=lambda r: (-(r.end - r.start), r.period))
+    kept: list[Run] = []
+    for r in found:  # drop runs inside a kept one (multiples of its period, sub-runs)
+        if not any(k.start <= r.start and r.end <= k.end for k in kept):
+            kept.append(r)
+    return kept
+
+
+def _unit_text(text: str, ps: Sequence[_Piece], run: Run) -> str:
+    unit = text[ps[run.start].start : ps[run.start + run.period - 1].end]
+    return unit if len(unit) <= 60 else unit[:57] + "..."
+
+
+def _piece_loops(text: str, ps: list[_Piece], structured: bool, runaway: bool) -> list[Finding]:
+    out: list[Finding] = []
+    if len(ps) < 4:
+        return out
+    tail_end = len(ps)
+    for run in periodic_runs([p.norm for p in ps], PIECE_MAX_PERIOD, LOOP_REPEATS_LONG, LOOP_FUZZY_PERIOD):
+        start, end = ps[run.start].start, ps[run.end - 1].end
+        if end - start < LOOP_MIN_CHARS:
+            continue
+        unit = ps[run.start : run.start + run.period]
+        if structured and all(p.norm.isdigit() for p in unit):
+            continue  # [0, 0, 0, ...] is data
+        at_tail = run.end >= tail_end - 1 or _only_elision(text[end:])
+        if run.period >= LOOP_LONG_UNIT:
+            need = LOOP_REPEATS_LONG if at_tail else LOOP_REPEATS_LONG + 0.5
+        elif run.period == 1:
+            # "named named named named" running off the end; "ha ha ha" in the middle is laughter
+            need = LOOP_REPEATS_TAIL if at_tail and len(unit[0].norm) > 1 else LOOP_REPEATS_SINGLE
+        else:
+            need = LOOP_REPEATS_TAIL if at_tail else LOOP_REPEATS_MID
+        if structured and not runaway:
+            need = max(need, LOOP_REPEATS_STRUCTURED)
+        if run.repeats >= need:
+            out.append(Finding(signal="loop", start=start, end=end,
+                               detail=f"{_unit_text(text, ps, run)!r} repeated {run.repeats:.0f}x"
+                                      f"{' to the end' if at_tail else ''}"))  # fmt: skip
+    return out
+
+
+def _only_elision(rest: str) -> bool:
+    """What follows is nothing, an ellipsis a reporter used to cut the quote, or end-of-text markers."""
+    return re.fullmatch(r"[\s.…,;:!?)\]}'\"*]*(\.\.\.|…)?[\s.…)]*", rest) is not None
+
+
+_LINE_EDGE = re.compile(r"^[\W_]+|[\W_]+$")
+
+
+def _line_loops(text: str) -> list[Finding]:
+    lines: list[tuple[str, int, int]] = []
+    bare: list[tuple[str, int, int]] = []
+    pos = 0
+    for raw in text.splitlines(keepends=True):
+        body = raw.rstrip("\r\n")
+        norm = _LINE_EDGE.sub("", " ".join(body.split()).casefold())
+        if norm:
+            lines.append((norm, pos, pos + len(body)))
+        elif body.strip():
+            bare.append((body.strip(), pos, pos + len(body)))
+        pos += len(raw)
+    out: list[Finding] = []
+    for run in periodic_runs([ln[0] for ln in bare], 2, LINE_REPEATS_BARE):
+        s, e = bare[run.start][1], bare[run.end - 1][2]
+        if text[s:e].count("\n") + 1 == run.end - run.start:  # consecutive lines, nothing between
+            out.append(Finding(signal="loop", start=s, end=e,
+                               detail=f"line {bare[run.start][0][:30]!r} repeated {run.repeats:.0f}x"))
+    for run in periodic_runs([ln[0] for ln in lines], LINE_MAX_PERIOD, LINE_REPEATS):
+        unit_chars = sum(len(ln[0]) for ln in lines[run.start : run.start + run.period])
+        if unit_chars < LINE_MIN_CHARS:
+            continue
+        start, end = lines[run.start][1], lines[run.end - 1][2]
+        unit = lines[run.start][0]
+        out.append(Finding(signal="loop", start=start, end=end,
+                           detail=f"{run.period} line(s) repeated {run.repeats:.0f}x, first {unit[:50]!r}"))
+    return out
+
+
+_LONG_TOKEN = re.compile(r"\S{12,}")
+_SUBWORD = re.compile(r"(.{1,10}?)\1{%d,}" % (SUBWORD_REPEATS - 1))
+_DECOR_UNIT = re.compile(r"[\s|+:=\-_*#~.·]+")
+
+
+def _subword_loops(text: str) -> list[Finding]:
+    out: list[Finding] = []
+    for tok in _LONG_TOKEN.finditer(text):
+        for m in _SUBWORD.finditer(tok.group()):
+            unit = m.group(1)
+            if len(m.group()) < SUBWORD_MIN_CHARS or _DECOR_UNIT.fullmatch(unit) or len(set(unit)) == 1:
+                continue  # table rules, and single-character runs (char-run's job)
+            s = tok.start() + m.start()
+            out.append(Finding(signal="loop", start=s, end=s + len(m.group()),
+                               detail=f"{unit!r} repeated {len(m.group()) // len(unit)}x inside one token"))
+    return out
+
+
+def token_loops(tokens: Sequence[Hashable], text: str) -> list[Finding]:
+    """Loops over the model's own tokens (ids or strings); spans are mapped to characters when the tokens
+    are strings that concatenate to the text, else they cover the whole text."""
+    out: list[Finding] = []
+    offsets: list[int] | None = None
+    if all(isinstance(t, str) for t in tokens) and "".join(str(t) for t in tokens) == text:
+        offsets, pos = [], 0
+        for t in tokens:
+            offsets.append(pos)
+            pos += len(str(t))
+        offsets.append(pos)
+    n = len(tokens)
+    for run in periodic_runs(tokens, PIECE_MAX_PERIOD, LOOP_REPEATS_TAIL):
+        at_tail = run.end >= n - 1
+        need = LOOP_REPEATS_SINGLE if run.period == 1 else (LOOP_REPEATS_TAIL if at_tail else LOOP_REPEATS_MID)
+        if run.repeats < need or run.end - run.start < 8:
+            continue
+        s, e = (offsets[run.start], offsets[run.end]) if offsets else (0, len(text))
+        out.append(Finding(signal="loop", start=s, end=e,
+                           detail=f"{run.period} token(s) repeated {run.repeats:.0f}x (tokens {run.start}-{run.end})"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- character runs
+
+_RUN = re.compile(r"(\S)\1{3,}")
+_DECOR = set("-=_*#~.·…─━═")
+_BRACKETS = set("()[]{}<>")
+
+
+def _char_runs(text: str) -> list[Finding]:
+    out: list[Finding] = []
+    for m in _RUN.finditer(text):
+        ch, n = m.group(1), len(m.group())
+        k = _kind(ch)
+        if ch in _DECOR:
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            line_end = text.find("\n", m.end())
+            line = text[line_start : line_end if line_end >= 0 else len(text)]
+            separator = re.fullmatch(r"[\s|+:\-=_*#~.·…─━═]*", line) is not None
+            glued = not separator and (m.start() > 0 and _kind(text[m.start() - 1]) == "l"
+                                       or m.end() < len(text) and _kind(text[m.end()]) == "l")  # fmt: skip
+            bad = n >= RUN_DECOR_LINE or (glued and n >= RUN_DECOR_GLUED)
+        elif k == "l":
+            bad = n >= (RUN_CJK if script(ch) == "HAN" else RUN_LETTER)
+        elif k == "d":
+            bad = n >= RUN_DIGIT
+        else:
+            bad = n >= (RUN_BRACKET if ch in _BRACKETS else RUN_SYMBOL)
+        if bad:
+            out.append(Finding(signal="char-run", start=m.start(), end=m.end(), detail=f"{ch!r} x{n}"))
+    return out
+
+
+_WS_RUN = re.compile(r"\s{12,}")
+
+
+def _whitespace_runs(text: str) -> list[Finding]:
+    out: list[Finding] = []
+    for m in _WS_RUN.finditer(text):
+        run = m.group()
+        nl = run.count("\n")
+        spaces = len(run) - nl
+        blank_lines = max((len(x) for x in re.findall(r"\n(?:[ \t]*\n)+", run)), default=0)
+        if nl >= WS_NEWLINES and blank_lines >= WS_NEWLINES or spaces >= WS_SPACES or (
+                nl >= WS_LINES_IN_RUN and spaces >= 2 * nl):  # fmt: skip
+            out.append(Finding(signal="whitespace-run", start=m.start(), end=m.end(),
+                               detail=f"{nl} line breaks and {spaces} spaces in a row"))
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- soup
+
+_SPECIAL = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk>|<unused\d+>|<｜[^｜<>]{1,40}｜>|\[end of text\]|<pad>")
+_TOKEN = re.compile(r"\S+")
+_SPACED = {"LATIN", "CYRILLIC", "ARABIC", "HEBREW", "THAI", "HANGUL", "DEVANAGARI", "BENGALI", "TAMIL",
+           "GUJARATI", "TELUGU", "KANNADA", "MALAYALAM", "ARMENIAN", "GEORGIAN", "ETHIOPIC"}  # fmt: skip
+_CODEISH = re.compile(r"[#@/\\_`$<>=]|https?:|www\.|\.\w+\(|\w\.\w")
+
+
+def _letter_runs(tok: str) -> list[list[str]]:
+    """Script sequence of each maximal letter run inside a token (marks take the script of their base)."""
+    runs: list[list[str]] = []
+    cur: list[str] = []
+    for ch in tok:
+        sc = script(ch)
+        if not sc:
+            if cur:
+                runs.append(cur)
+            cur = []
+            continue
+        if unicodedata.category(ch).startswith("M") and cur:
+            continue
+        if sc in ("COMBINING", "MODIFIER", "?"):
+            continue
+        if not cur or cur[-1] != sc:
+            cur.append(sc)
+    if cur:
+        runs.append(cur)
+    return runs
+
+
+def _script_shares(ps: Sequence[_Piece], text: str) -> dict[str, float]:
+    count: dict[str, int] = {}
+    for p in ps:
+        sc = script(text[p.start])
+        if sc:
+            count[sc] = count.get(sc, 0) + (p.end - p.start)
+    total = sum(count.values()) or 1
+    return {k: v / total for k, v in count.items()}
+
+
+def _script_soup(text: str, shares: dict[str, float]) -> list[Finding]:
+    """Words gluing writing systems where this text's languages would not: a Latin name with a Korean
+    particle ("Tom은") or a Russian ending is ordinary, so is CJK next to Latin in CJK text."""
+    main = {k for k, v in shares.items() if v >= HAN_NORMAL}
+    cjk_text = shares.get("HAN", 0.0) + shares.get("HANGUL", 0.0) >= HAN_NORMAL
+    bad: list[tuple[int, int, str]] = []
+    for m in _TOKEN.finditer(text):
+        tok = m.group()
+        for seq in _letter_runs(tok):
+            if len(seq) < 2:
+                continue
+            pairs = [(a, b) for a, b in zip(seq, seq[1:]) if a != b]
+            glued_alphabets = any(a in _SPACED and b in _SPACED and not ({a, b} <= main | {"LATIN"} and
+                                                                          {a, b} & main)
+                                  for a, b in pairs)  # fmt: skip
+            han_in_alphabet = not cjk_text and "HAN" in seq and any(x in _SPACED for x in seq)
+            sandwich = not cjk_text and any(a == c != b for a, b, c in zip(seq, seq[1:], seq[2:]))
+            if glued_alphabets or han_in_alphabet or sandwich or len(set(seq)) >= 3:
+                bad.append((m.start(), m.end(), tok))
+                break
+    if len(bad) < SCRIPT_SOUP_WORDS:
+        return []
+    shown = ", ".join(t[:20] for _, _, t in bad[:3])
+    return [Finding(signal="script-soup", start=bad[0][0], end=bad[-1][1],
+                    detail=f"{len(bad)} words glue writing systems ({shown})")]
+
+
+def _latin_words(text: str) -> list[tuple[str, int, int]]:
+    out = []
+    for m in _TOKEN.finditer(text):
+        tok = m.group()
+        if _CODEISH.search(tok):
+            continue
+        for w in re.finditer(r"[A-Za-z]+", tok):
+            out.append((w.group(), m.start() + w.start(), m.start() + w.end()))
+    return out
+
+
+def _glued(w: str) -> bool:
+    humps = len(re.findall(r"[a-z]{3}[A-Z]", w))
+    switches = len(re.findall(r"[a-z][A-Z]|[A-Z][a-z]", w))
+    if switches >= 4 and re.fullmatch(r"(?:[A-Z][a-z]|[a-z][A-Z])+[A-Za-z]?", w):
+        return False  # aLtErNaTiNg case is a request, not soup
+    return (len(w) >= 16 and w.islower()) or (humps >= 1 and len(w) >= 12) or humps >= 2 and len(w) >= 10
+
+
+def _lexical_soup(text: str) -> list[Finding]:
+    prose_lines = [ln for ln in text.splitlines() if len(ln.split()) > 3]
+    words = _latin_words("\n".join(prose_lines))
+    if len(words) < LEXICAL_MIN_WORDS:
+        return []
+    glued = [w for w in words if _glued(w[0])]
+    if len(glued) / len(words) < LEXICAL_SOUP:
+        return []
+    # offsets are in the joined prose lines: find the words again in the original text
+    first = text.find(glued[0][0])
+    last = text.rfind(glued[-1][0])
+    return [Finding(signal="lexical-soup", start=max(0, first), end=max(first, last + len(glued[-1][0])),
+                    detail=f"{len(glued)}/{len(words)} words glued from sub-words "
+                           f"({', '.join(w for w, _, _ in glued[:3])})")]  # fmt: skip
+
+
+def _stutter(ps: list[_Piece], text: str) -> list[Finding]:
+    if len(ps) < 2 * STUTTER_PAIRS:
+        return []
+    pairs = [i for i in range(1, len(ps)) if ps[i].norm == ps[i - 1].norm and script(text[ps[i].start]) != "HAN"]
+    glued = re.findall(r"\b(\w{2,})\1\b", text)
+    n = len(pairs) + len(glued)
+    if n >= STUTTER_PAIRS and n / len(ps) >= STUTTER_FRACTION:
+        return [Finding(signal="stutter", start=ps[pairs[0]].start if pairs else 0, end=len(text),
+                        detail=f"{n} words emitted twice in a row out of {len(ps)}")]
+    return []
+
+
+_PROSE_PUNCT = set(",.;:'\"?!()，。、；：？！（）《》「」“”‘’…—")
+
+
+def _symbol_soup(text: str) -> list[Finding]:
+    visible = [c for c in text if not c.isspace()]
+    if len(visible) < SYMBOL_SOUP_MIN_CHARS or len(text.split()) < 5:
+        return []
+    sym = sum(1 for c in visible if unicodedata.category(c)[0] in "PS" and c not in _PROSE_PUNCT)
+    letters = sum(1 for c in visible if unicodedata.category(c)[0] in "LM")
+    if sym / len(visible) >= SYMBOL_SOUP and letters / len(visible) >= SYMBOL_SOUP_LETTERS:
+        return [Finding(signal="symbol-soup", start=0, end=len(text),
+                        detail=f"{sym} of {len(visible)} visible characters are symbols, between words")]
+    return []
+
+
+# ------------------------------------------------------------------------------------------------ judge
+
+_CODE_LINE = re.compile(r"^\s*(def |class |import |from |return\b|if |elif |else\b|for |while |print\(|const |let |"
+                        r"var |function\b|#|//|<[a-zA-Z/!]|[\w.\[\]]+\s*[+\-*/]?=[^=]|[}{)\]];?,?$|\w+\(.*\);?$)")
 
 
 def looks_structured(text: str) -> bool:
-    """Code, a markdown table or JSON: repetition and symbols are normal there."""
+    """Code, a table, HTML or JSON: repetition and symbols are normal there."""
     s = text.strip()
-    if "```" in s or (s[:1] in "[{" and s[-1:] in "]}"):
+    if "```" in s or (s[:1] in "[{<" and s[-1:] in "]}>"):
         return True
     lines = [ln for ln in s.splitlines() if ln.strip()]
-    if len(lines) >= 3 and sum(1 for ln in lines if ln.strip().startswith("|") and ln.strip().endswith("|")) >= 2:
+    if len(lines) >= 3 and sum(1 for ln in lines if ln.strip().startswith("|")) >= 2:
         return True
     return len(lines) >= 3 and sum(1 for ln in lines if _CODE_LINE.match(ln)) / len(lines) >= 0.4
 
 
-def detect(text: str | None, *, finish_reason: str | None = None) -> Verdict:
-    """Judge one generated text."""
-    strong: list[str] = []
-    weak: list[str] = []
-    nums: dict[str, float] = {}
+def detect(text: str | None, *, finish_reason: str | None = None,
+           tokens: Sequence[Hashable] | None = None) -> Verdict:  # fmt: skip
+    """Judge one generated text. `tokens`: the model's own tokens for it, when the engine exposes them."""
     t = "" if text is None else text
     stripped = t.strip()
     if not stripped or stripped in ("None", "null"):
-        return Verdict(degenerate=True, signals=("empty",), numbers={"chars": float(len(t))})
-
-    tokens = stripped.split()
-    code = looks_structured(stripped)
-    loop = find_loop(stripped)
-    repeats = 0.0
-    if loop and loop[1] / len(stripped) >= LOOP_COVER:
-        repeats = loop[1] / loop[0]
-        nums["loop_period"], nums["loop_cover"] = float(loop[0]), round(loop[1] / len(stripped), 3)
-    else:
-        wl = find_word_loop(tokens)
-        if wl and wl[1] / len(tokens) >= LOOP_COVER and wl[1] >= 8:
-            repeats = wl[1] / wl[0]
-            nums["loop_period_words"], nums["loop_cover"] = float(wl[0]), round(wl[1] / len(tokens), 3)
-    if repeats:
-        nums["loop_repeats"] = round(repeats, 1)
-        # code and tables repeat lines legitimately: there a loop must run away or repeat many times
-        if not code or finish_reason == "length" or repeats >= STRUCTURED_LOOP_REPEATS:
-            strong.append("loop")
-        else:
-            weak.append("repeated-lines")
-
-    visible = [c for c in stripped if not c.isspace()]
-    if len(stripped) >= 24 and visible and not code:
-        sym = sum(1 for c in visible if not c.isalnum() and c not in _PROSE_PUNCT) / len(visible)
-        nums["symbol_fraction"] = round(sym, 3)
-        if sym >= SYMBOL_FRACTION:
-            strong.append("symbol-soup")
-
-    words = _WORD.findall(stripped)
-    mixed = [w for w in words if len({_script(c) for c in w}) > 1]
-    nums["mixed_script_words"] = float(len(mixed))
-    if len(mixed) >= MIXED_SCRIPT_WORDS:
-        strong.append("script-soup")
-    if len(words) >= LEXICAL_MIN_WORDS and not code:
-        glued = sum(1 for w in words if len(w) >= 14 or re.search(r"[a-z][A-Z]", w))
-        nums["lexical_soup"] = round(glued / len(words), 3)
-        if glued / len(words) >= LEXICAL_SOUP:
-            strong.append("lexical-soup")
-
-    r4 = rep_n(tokens, 4)
-    if r4 is not None:
-        nums["rep_4"] = round(r4, 3)
-        if r4 >= REP4:
-            weak.append("rep-4")
-    d2 = distinct_n(tokens, 2)
-    if d2 is not None:
+        return Verdict(degenerate=True, findings=(Finding(signal="empty", start=0, end=len(t),
+                                                          detail=f"{len(t)} characters, no content"),),
+                       numbers={"chars": float(len(t))})  # fmt: skip
+    ps = pieces(t)
+    structured = looks_structured(t)
+    findings: list[Finding] = []
+    findings += _piece_loops(t, ps, structured, finish_reason == "length")
+    findings += _line_loops(t)
+    findings += _subword_loops(t)
+    if tokens:
+        findings += token_loops(tokens, t)
+    findings += _char_runs(t)
+    findings += _whitespace_runs(t)
+    specials = list(_SPECIAL.finditer(t))
+    if specials:
+        findings.append(Finding(signal="special-tokens", start=specials[0].start(), end=specials[-1].end(),
+                                detail=f"{len(specials)} chat-template/vocabulary tokens, first "
+                                       f"{specials[0].group()!r}", strong=len(specials) >= SPECIAL_TOKENS))
+    bad_bytes = [i for i, c in enumerate(t) if c == "\ufffd"]
+    if len(bad_bytes) >= MOJIBAKE:
+        findings.append(Finding(signal="mojibake", start=bad_bytes[0], end=bad_bytes[-1] + 1,
+                                detail=f"{len(bad_bytes)} U+FFFD replacement characters"))
+    findings += _script_soup(t, _script_shares(ps, t))
+    if not structured:
+        findings += _lexical_soup(t)
+        findings += _stutter(ps, t)
+        findings += _symbol_soup(t)
+    content = sum(p.end - p.start for p in ps)
+    visible = sum(1 for c in stripped if not c.isspace())
+    nums: dict[str, float] = {"chars": float(len(t)), "pieces": float(len(ps)),
+                              "content_fraction": round(content / max(1, len(stripped)), 3)}  # fmt: skip
+    if len(stripped) >= SPARSE_MIN_CHARS and not structured and content / len(stripped) < SPARSE_FRACTION:
+        findings.append(Finding(signal="sparse", start=0, end=len(t),
+                                detail=f"{content} letter/digit characters in {visible} visible"))
+    words = [p.norm for p in ps]
+    bigrams = list(zip(words, words[1:]))
+    if len(bigrams) >= DISTINCT2_MIN_BIGRAMS:
+        d2 = len(set(bigrams)) / len(bigrams)
         nums["distinct_2"] = round(d2, 3)
         if d2 <= DISTINCT2:
-            weak.append("distinct-2")
-    raw = stripped.encode()
-    if len(raw) >= 200:
-        ratio = len(raw) / len(zlib.compress(raw))
-        nums["compression"] = round(ratio, 3)
-        if ratio >= COMPRESSION:
-            weak.append("compression")
-    if finish_reason == "length" and (weak or strong):
-        weak.append("runaway")
-    # in code, tables and JSON, repetition is normal: only a strong signal counts there
-    degenerate = bool(strong) or (len(weak) >= 2 and not code)
-    return Verdict(degenerate=degenerate, signals=tuple(strong + weak), numbers=nums)
+            findings.append(Finding(signal="low-diversity", start=0, end=len(t),
+                                    detail=f"distinct word bigrams {d2:.2f}", strong=False))
+    if finish_reason == "length" and findings:
+        findings.append(Finding(signal="runaway", start=len(t), end=len(t),
+                                detail="generation hit max_tokens", strong=False))
+    findings.sort(key=lambda f: (f.start, f.signal))
+    strong = any(f.strong for f in findings)
+    weak = sum(1 for f in findings if not f.strong)
+    degenerate = strong or (weak >= 2 and not structured)
+    return Verdict(degenerate=degenerate, findings=tuple(findings), numbers=nums)
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turn:
+    """Where a streamed generation turned degenerate."""
+
+    piece: int  # index of the streamed piece (token) in which the degenerate region starts
+    char: int  # character offset in the concatenated text
+    verdict: Verdict
+
+
+class StreamJudge:
+    """Judge a generation as it streams: `push` each piece (token or chunk); the first time the text so far
+    is degenerate, `push` returns the `Turn` — the piece where the degenerate region starts, not where it
+    was noticed. Re-judges every `every` pieces (and on `close`)."""
+
+    def __init__(self, *, every: int = 16) -> None:
+        self.every = every
+        self._pieces: list[str] = []
+        self._ends: list[int] = []
+        self._len = 0
+        self.turn: Turn | None = None
+
+    def push(self, piece: str) -> Turn | None:
+        self._pieces.append(piece)
+        self._len += len(piece)
+        self._ends.append(self._len)
+        if self.turn is None and len(self._pieces) % self.every == 0:
+            self._judge(None)
+        return self.turn
+
+    def close(self, finish_reason: str | None = None) -> Verdict:
+        text = "".join(self._pieces)
+        v = detect(text, finish_reason=finish_reason)
+        if self.turn is None and v.degenerate:
+            self._judge(finish_reason)
+        return v
+
+    def _judge(self, finish_reason: str | None) -> None:
+        text = "".join(self._pieces)
+        v = detect(text, finish_reason=finish_reason)
+        if v.degenerate:
+            at = v.turned_at or 0
+            idx = next((i for i, e in enumerate(self._ends) if e > at), len(self._ends) - 1)
+            self.turn = Turn(piece=idx, char=at, verdict=v)
+
+
+def judge_stream(pieces_: Iterable[str], *, finish_reason: str | None = None, every: int = 16) -> tuple[Verdict, Turn | None]:
+    """The verdict on a whole stream and where it turned (None if it stayed healthy)."""
+    j = StreamJudge(every=every)
+    for p in pieces_:
+        j.push(p)
+    v = j.close(finish_reason)
+    return v, j.turn
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+
+LABELS = {"degenerate": True, "ok": False, "healthy": False}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scores:
+    """The detector against labelled texts: degenerate is the positive class."""
+
+    tp: int
+    fn: int
+    fp: int
+    tn: int
+
+    @property
+    def degenerate(self) -> int:
+        return self.tp + self.fn
+
+    @property
+    def healthy(self) -> int:
+        return self.fp + self.tn
+
+    @property
+    def precision(self) -> float:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 1.0
+
+    @property
+    def recall(self) -> float:
+        return self.tp / self.degenerate if self.degenerate else 1.0
+
+    @property
+    def false_alarm_rate(self) -> float:
+        return self.fp / self.healthy if self.healthy else 0.0
+
+    def summary(self) -> str:
+        return (f"precision {self.precision:.3f} ({self.tp}/{self.tp + self.fp}), "
+                f"recall {self.recall:.3f} ({self.tp}/{self.degenerate}), "
+                f"false alarms {self.false_alarm_rate:.3f} ({self.fp}/{self.healthy})")  # fmt: skip
+
+
+def score(pairs: Iterable[tuple[bool, bool]]) -> Scores:
+    """`pairs`: (labelled degenerate, judged degenerate) per text."""
+    tp = fn = fp = tn = 0
+    for want, got in pairs:
+        if want and got:
+            tp += 1
+        elif want:
+            fn += 1
+        elif got:
+            fp += 1
+        else:
+            tn += 1
+    return Scores(tp=tp, fn=fn, fp=fp, tn=tn)

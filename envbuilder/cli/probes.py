@@ -53,7 +53,9 @@ def cmd_launch_check(args: argparse.Namespace, ui: Ui) -> int:
 
 
 def _configure_degeneracy(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", nargs="?", default="-", help="JSON lines {\"id\", \"text\"} or plain text; - for stdin")
+    p.add_argument("file", nargs="?", default="-",
+                   help="JSON lines {\"id\", \"text\", [\"finish_reason\"], [\"expected\": \"degenerate\"|\"ok\"]} "
+                        "or plain text; - for stdin. With labels, precision and recall are printed too")  # fmt: skip
 
 
 def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
@@ -66,7 +68,7 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
             text = Path(args.file).read_text()
         except OSError as e:
             raise InputError(args.file, None, f"cannot read ({e.strerror or e})") from None
-    items: list[tuple[object, str, str | None]] = []
+    items: list[tuple[object, str, str | None, bool | None]] = []
     lines = [ln for ln in text.splitlines() if ln.strip()]
     as_jsonl = bool(lines) and all(ln.lstrip().startswith("{") for ln in lines)
     if as_jsonl:
@@ -77,22 +79,41 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
                 raise InputError(where, f"line {n}", f"not JSON ({e})") from None
             if not isinstance(obj, dict) or "text" not in obj:
                 raise InputError(where, f"line {n}", "needs a \"text\" field")
-            items.append((obj.get("id", n), "" if obj["text"] is None else str(obj["text"]), obj.get("finish_reason")))
+            raw_label = obj.get("expected", obj.get("label"))
+            if raw_label is not None and raw_label not in degeneracy.LABELS:
+                raise InputError(where, f"line {n}", f"label {raw_label!r} is not one of {', '.join(degeneracy.LABELS)}")
+            label = None if raw_label is None else degeneracy.LABELS[raw_label]
+            items.append((obj.get("id", n), "" if obj["text"] is None else str(obj["text"]), obj.get("finish_reason"),
+                          label))  # fmt: skip
     else:
-        items.append((1, text, None))
+        items.append((1, text, None, None))
     bad = False
-    for ident, body, finish in items:
+    pairs: list[tuple[bool, bool]] = []
+    for ident, body, finish, label in items:
         v = degeneracy.detect(body, finish_reason=finish)
         bad |= v.degenerate
+        if label is not None:
+            pairs.append((label, v.degenerate))
         if ui.json:
-            sys.stdout.write(json.dumps({"id": ident, "verdict": v.label, "signals": list(v.signals)}) + "\n")
+            findings = [{"signal": f.signal, "start": f.start, "end": f.end, "detail": f.detail, "strong": f.strong}
+                        for f in v.findings]  # fmt: skip
+            sys.stdout.write(json.dumps({"id": ident, "verdict": v.label, "signals": list(v.signals),
+                                         "turned_at": v.turned_at, "findings": findings}) + "\n")  # fmt: skip
         else:
-            sig = f" ({', '.join(v.signals)})" if v.signals else ""
-            ui.out.print(f"{ident}: {v.label}{escape(sig)}")
+            why = f" ({escape(v.explain())})" if v.findings else ""
+            ui.out.print(f"{ident}: {v.label}{why}")
+    if pairs:
+        s = degeneracy.score(pairs)
+        summary = {"labelled": len(pairs), "precision": round(s.precision, 4), "recall": round(s.recall, 4),
+                   "false_alarm_rate": round(s.false_alarm_rate, 4), "tp": s.tp, "fn": s.fn, "fp": s.fp, "tn": s.tn}
+        if ui.json:
+            sys.stdout.write(json.dumps({"summary": summary}) + "\n")
+        else:
+            ui.out.print(f"{len(pairs)} labelled texts: {s.summary()}")
     return errors.EXIT_CELLS_FAILED if bad else errors.EXIT_OK
 
 
 COMMANDS = {
     "launch-check": Command("SGLang's own argument checks against the model's config.json (no GPU, no weights)", _configure_launch_check, cmd_launch_check),
-    "degeneracy": Command("judge generated texts: degenerate or ok, with the signals that fired", _configure_degeneracy, cmd_degeneracy),
+    "degeneracy": Command("judge generated texts: degenerate or ok, with the span that says so; labels give precision/recall", _configure_degeneracy, cmd_degeneracy),
 }
