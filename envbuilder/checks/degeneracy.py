@@ -41,6 +41,7 @@ PIECE_MAX_PERIOD = 128
 LOOP_REPEATS_TAIL = 4  # a loop that runs to the end of the text (ran away)
 LOOP_REPEATS_MID = 6  # a loop followed by more text
 LOOP_REPEATS_SINGLE = 6  # one piece repeated ("the the the"): laughter and emphasis repeat a few times
+LOOP_REPEATS_LETTER = 16  # one single-letter piece ("n * n * n * n" is a formula)
 LOOP_LONG_UNIT = 24  # a unit this long (a paragraph) repeated back to back is a loop sooner
 LOOP_REPEATS_LONG = 2.5
 LOOP_REPEATS_STRUCTURED = 8  # code and tables repeat lines legitimately
@@ -48,6 +49,7 @@ LOOP_FUZZY_PERIOD = 8  # from this period on, a repeat may differ in one isolate
 LOOP_MIN_CHARS = 16  # span of the repeated region
 LINE_MAX_PERIOD = 16
 LINE_REPEATS = 3
+LINE_REPEATS_STRUCTURED = 5  # code repeats a line or two legitimately
 LINE_MIN_CHARS = 12  # a repeated line shorter than this ("}", "- ") is not a loop
 LINE_REPEATS_BARE = 20  # the same line without letters or digits ("  |     |", ">") this many times
 SUBWORD_REPEATS = 5
@@ -67,15 +69,18 @@ WS_LINES_IN_RUN = 6  # a whitespace run spanning this many line breaks with spac
 # soup
 SCRIPT_SOUP_WORDS = 2
 LEXICAL_MIN_WORDS = 20
-LEXICAL_SOUP = 0.10
+LEXICAL_WINDOW = 24  # words: a fluent start that turns into salad
+LEXICAL_WINDOW_GLUED = 8
+LEXICAL_SOUP = 0.12  # healthy calibration texts <= 0.03, Dutch compounds (dev pool) <= 0.09, salad >= 0.105
 MOJIBAKE = 2
 SPECIAL_TOKENS = 3
-STUTTER_PAIRS = 6
+STUTTER_PAIRS = 10
 STUTTER_FRACTION = 0.3
 SYMBOL_SOUP = 0.35  # punctuation/symbols among visible characters, in prose with words
 SYMBOL_SOUP_LETTERS = 0.25  # ...that still has letters (ASCII art has hardly any)
 SYMBOL_SOUP_MIN_CHARS = 40
 HAN_NORMAL = 0.2  # share of CJK letters from which CJK next to Latin is ordinary text
+SCRIPT_PRESENT = 0.05  # a script this present in the text may glue to Latin names ("PyTorch를", "JARVISа")
 SPARSE_MIN_CHARS = 40
 SPARSE_FRACTION = 0.15
 DISTINCT2 = 0.3
@@ -273,7 +278,8 @@ def _piece_loops(text: str, ps: list[_Piece], structured: bool, runaway: bool) -
             need = LOOP_REPEATS_LONG if at_tail else LOOP_REPEATS_LONG + 0.5
         elif run.period == 1:
             # "named named named named" running off the end; "ha ha ha" in the middle is laughter
-            need = LOOP_REPEATS_TAIL if at_tail and len(unit[0].norm) > 1 else LOOP_REPEATS_SINGLE
+            need = (LOOP_REPEATS_LETTER if len(unit[0].norm) == 1 and script(unit[0].norm) != "HAN"
+                    else LOOP_REPEATS_TAIL if at_tail else LOOP_REPEATS_SINGLE)
         else:
             need = LOOP_REPEATS_TAIL if at_tail else LOOP_REPEATS_MID
         if structured and not runaway:
@@ -293,7 +299,7 @@ def _only_elision(rest: str) -> bool:
 _LINE_EDGE = re.compile(r"^[\W_]+|[\W_]+$")
 
 
-def _line_loops(text: str) -> list[Finding]:
+def _line_loops(text: str, structured: bool) -> list[Finding]:
     lines: list[tuple[str, int, int]] = []
     bare: list[tuple[str, int, int]] = []
     pos = 0
@@ -311,7 +317,8 @@ def _line_loops(text: str) -> list[Finding]:
         if text[s:e].count("\n") + 1 == run.end - run.start:  # consecutive lines, nothing between
             out.append(Finding(signal="loop", start=s, end=e,
                                detail=f"line {bare[run.start][0][:30]!r} repeated {run.repeats:.0f}x"))
-    for run in periodic_runs([ln[0] for ln in lines], LINE_MAX_PERIOD, LINE_REPEATS):
+    for run in periodic_runs([ln[0] for ln in lines], LINE_MAX_PERIOD,
+                             LINE_REPEATS_STRUCTURED if structured else LINE_REPEATS):  # fmt: skip
         unit_chars = sum(len(ln[0]) for ln in lines[run.start : run.start + run.period])
         if unit_chars < LINE_MIN_CHARS:
             continue
@@ -324,7 +331,6 @@ def _line_loops(text: str) -> list[Finding]:
 
 _LONG_TOKEN = re.compile(r"\S{12,}")
 _SUBWORD = re.compile(r"(.{1,10}?)\1{%d,}" % (SUBWORD_REPEATS - 1))
-_DECOR_UNIT = re.compile(r"[\s|+:=\-_*#~.·]+")
 
 
 def _subword_loops(text: str) -> list[Finding]:
@@ -332,8 +338,9 @@ def _subword_loops(text: str) -> list[Finding]:
     for tok in _LONG_TOKEN.finditer(text):
         for m in _SUBWORD.finditer(tok.group()):
             unit = m.group(1)
-            if len(m.group()) < SUBWORD_MIN_CHARS or _DECOR_UNIT.fullmatch(unit) or len(set(unit)) == 1:
-                continue  # table rules, and single-character runs (char-run's job)
+            if (len(m.group()) < SUBWORD_MIN_CHARS or not any(c.isalpha() for c in unit)
+                    or len(set(unit)) == 1):  # fmt: skip
+                continue  # numbers (1,000,000), rules and blanks, single-character runs (char-run's job)
             s = tok.start() + m.start()
             out.append(Finding(signal="loop", start=s, end=s + len(m.group()),
                                detail=f"{unit!r} repeated {len(m.group()) // len(unit)}x inside one token"))
@@ -366,7 +373,7 @@ def token_loops(tokens: Sequence[Hashable], text: str) -> list[Finding]:
 # ---------------------------------------------------------------------------------------- character runs
 
 _RUN = re.compile(r"(\S)\1{3,}")
-_DECOR = set("-=_*#~.·…─━═")
+_DECOR = set("-=_*#~.·…─━═,")
 _BRACKETS = set("()[]{}<>")
 
 
@@ -445,9 +452,10 @@ def _letter_runs(tok: str) -> list[list[str]]:
 def _script_shares(ps: Sequence[_Piece], text: str) -> dict[str, float]:
     count: dict[str, int] = {}
     for p in ps:
-        sc = script(text[p.start])
-        if sc:
-            count[sc] = count.get(sc, 0) + (p.end - p.start)
+        for ch in text[p.start : p.end]:
+            sc = script(ch)
+            if sc and not unicodedata.category(ch).startswith("M"):
+                count[sc] = count.get(sc, 0) + 1
     total = sum(count.values()) or 1
     return {k: v / total for k, v in count.items()}
 
@@ -455,7 +463,7 @@ def _script_shares(ps: Sequence[_Piece], text: str) -> dict[str, float]:
 def _script_soup(text: str, shares: dict[str, float]) -> list[Finding]:
     """Words gluing writing systems where this text's languages would not: a Latin name with a Korean
     particle ("Tom은") or a Russian ending is ordinary, so is CJK next to Latin in CJK text."""
-    main = {k for k, v in shares.items() if v >= HAN_NORMAL}
+    main = {k for k, v in shares.items() if v >= SCRIPT_PRESENT}
     cjk_text = shares.get("HAN", 0.0) + shares.get("HANGUL", 0.0) >= HAN_NORMAL
     bad: list[tuple[int, int, str]] = []
     for m in _TOKEN.finditer(text):
@@ -480,13 +488,18 @@ def _script_soup(text: str, shares: dict[str, float]) -> list[Finding]:
 
 
 def _latin_words(text: str) -> list[tuple[str, int, int]]:
+    """Latin words with their offsets, from prose lines (more than three tokens), not code-like tokens."""
     out = []
-    for m in _TOKEN.finditer(text):
-        tok = m.group()
-        if _CODEISH.search(tok):
-            continue
-        for w in re.finditer(r"[A-Za-z]+", tok):
-            out.append((w.group(), m.start() + w.start(), m.start() + w.end()))
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        if len(line.split()) > 3:
+            for m in _TOKEN.finditer(line):
+                tok = m.group()
+                if _CODEISH.search(tok):
+                    continue
+                for w in re.finditer(r"[A-Za-z]+", tok):
+                    out.append((w.group(), pos + m.start() + w.start(), pos + m.start() + w.end()))
+        pos += len(line)
     return out
 
 
@@ -499,25 +512,30 @@ def _glued(w: str) -> bool:
 
 
 def _lexical_soup(text: str) -> list[Finding]:
-    prose_lines = [ln for ln in text.splitlines() if len(ln.split()) > 3]
-    words = _latin_words("\n".join(prose_lines))
-    if len(words) < LEXICAL_MIN_WORDS:
-        return []
-    glued = [w for w in words if _glued(w[0])]
-    if len(glued) / len(words) < LEXICAL_SOUP:
-        return []
-    # offsets are in the joined prose lines: find the words again in the original text
-    first = text.find(glued[0][0])
-    last = text.rfind(glued[-1][0])
-    return [Finding(signal="lexical-soup", start=max(0, first), end=max(first, last + len(glued[-1][0])),
-                    detail=f"{len(glued)}/{len(words)} words glued from sub-words "
-                           f"({', '.join(w for w, _, _ in glued[:3])})")]  # fmt: skip
+    words = _latin_words(text)
+    flags = [_glued(w) for w, _, _ in words]
+    n = sum(flags)
+    if len(words) >= LEXICAL_MIN_WORDS and n / len(words) >= LEXICAL_SOUP:
+        glued = [w for w, f in zip(words, flags) if f]
+        return [Finding(signal="lexical-soup", start=glued[0][1], end=glued[-1][2],
+                        detail=f"{n}/{len(words)} words glued from sub-words "
+                               f"({', '.join(w for w, _, _ in glued[:3])})")]  # fmt: skip
+    # a fluent start that turns into salad: a window of words that is mostly glued sub-words
+    for i in range(0, max(0, len(words) - LEXICAL_WINDOW) + 1):
+        window = flags[i : i + LEXICAL_WINDOW]
+        if len(window) == LEXICAL_WINDOW and sum(window) >= LEXICAL_WINDOW_GLUED:
+            ws = [w for w, f in zip(words[i : i + LEXICAL_WINDOW], window) if f]
+            return [Finding(signal="lexical-soup", start=ws[0][1], end=ws[-1][2],
+                            detail=f"{sum(window)} of {LEXICAL_WINDOW} words in a row glued from sub-words "
+                                   f"({', '.join(w for w, _, _ in ws[:3])})")]  # fmt: skip
+    return []
 
 
 def _stutter(ps: list[_Piece], text: str) -> list[Finding]:
     if len(ps) < 2 * STUTTER_PAIRS:
         return []
-    pairs = [i for i in range(1, len(ps)) if ps[i].norm == ps[i - 1].norm and script(text[ps[i].start]) != "HAN"]
+    pairs = [i for i in range(1, len(ps)) if ps[i].norm == ps[i - 1].norm and script(text[ps[i].start]) != "HAN"
+             and not ps[i].norm.isdigit()]  # fmt: skip
     glued = re.findall(r"\b(\w{2,})\1\b", text)
     n = len(pairs) + len(glued)
     if n >= STUTTER_PAIRS and n / len(ps) >= STUTTER_FRACTION:
@@ -529,11 +547,15 @@ def _stutter(ps: list[_Piece], text: str) -> list[Finding]:
 _PROSE_PUNCT = set(",.;:'\"?!()，。、；：？！（）《》「」“”‘’…—")
 
 
+def _is_symbol(c: str) -> bool:
+    return unicodedata.category(c)[0] in "PS" and c not in _PROSE_PUNCT
+
+
 def _symbol_soup(text: str) -> list[Finding]:
     visible = [c for c in text if not c.isspace()]
     if len(visible) < SYMBOL_SOUP_MIN_CHARS or len(text.split()) < 5:
         return []
-    sym = sum(1 for c in visible if unicodedata.category(c)[0] in "PS" and c not in _PROSE_PUNCT)
+    sym = sum(1 for c in visible if _is_symbol(c))
     letters = sum(1 for c in visible if unicodedata.category(c)[0] in "LM")
     if sym / len(visible) >= SYMBOL_SOUP and letters / len(visible) >= SYMBOL_SOUP_LETTERS:
         return [Finding(signal="symbol-soup", start=0, end=len(text),
@@ -571,7 +593,7 @@ def detect(text: str | None, *, finish_reason: str | None = None,
     structured = looks_structured(t)
     findings: list[Finding] = []
     findings += _piece_loops(t, ps, structured, finish_reason == "length")
-    findings += _line_loops(t)
+    findings += _line_loops(t, structured and finish_reason != "length")
     findings += _subword_loops(t)
     if tokens:
         findings += token_loops(tokens, t)
