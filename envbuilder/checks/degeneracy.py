@@ -35,6 +35,7 @@ import unicodedata
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import pairwise
 
 # loops over content pieces
 PIECE_MAX_PERIOD = 128
@@ -142,7 +143,7 @@ def script(ch: str) -> str:
     if name.startswith(_CJK):
         return "HAN"
     if name.startswith(("FULLWIDTH", "HALFWIDTH")):
-        return "HAN" if "KATAKANA" in name or "HANGUL" not in name and "LATIN" not in name else "WIDE"
+        return "HAN" if "KATAKANA" in name or ("HANGUL" not in name and "LATIN" not in name) else "WIDE"
     first = name.split(" ", 1)[0]
     return "HANGUL" if first == "HANGUL" else first
 
@@ -330,7 +331,7 @@ def _line_loops(text: str, structured: bool) -> list[Finding]:
 
 
 _LONG_TOKEN = re.compile(r"\S{12,}")
-_SUBWORD = re.compile(r"(.{1,10}?)\1{%d,}" % (SUBWORD_REPEATS - 1))
+_SUBWORD = re.compile(rf"(.{{1,10}}?)\1{{{SUBWORD_REPEATS - 1},}}")
 
 
 def _subword_loops(text: str) -> list[Finding]:
@@ -387,8 +388,8 @@ def _char_runs(text: str) -> list[Finding]:
             line_end = text.find("\n", m.end())
             line = text[line_start : line_end if line_end >= 0 else len(text)]
             separator = re.fullmatch(r"[\s|+:\-=_*#~.·…─━═]*", line) is not None
-            glued = not separator and (m.start() > 0 and _kind(text[m.start() - 1]) == "l"
-                                       or m.end() < len(text) and _kind(text[m.end()]) == "l")  # fmt: skip
+            glued = not separator and ((m.start() > 0 and _kind(text[m.start() - 1]) == "l")
+                                       or (m.end() < len(text) and _kind(text[m.end()]) == "l"))  # fmt: skip
             bad = n >= RUN_DECOR_LINE or (glued and n >= RUN_DECOR_GLUED)
         elif k == "l":
             bad = n >= (RUN_CJK if script(ch) == "HAN" else RUN_LETTER)
@@ -411,7 +412,7 @@ def _whitespace_runs(text: str) -> list[Finding]:
         nl = run.count("\n")
         spaces = len(run) - nl
         blank_lines = max((len(x) for x in re.findall(r"\n(?:[ \t]*\n)+", run)), default=0)
-        if nl >= WS_NEWLINES and blank_lines >= WS_NEWLINES or spaces >= WS_SPACES or (
+        if (nl >= WS_NEWLINES and blank_lines >= WS_NEWLINES) or spaces >= WS_SPACES or (
                 nl >= WS_LINES_IN_RUN and spaces >= 2 * nl):  # fmt: skip
             out.append(Finding(signal="whitespace-run", start=m.start(), end=m.end(),
                                detail=f"{nl} line breaks and {spaces} spaces in a row"))
@@ -471,12 +472,12 @@ def _script_soup(text: str, shares: dict[str, float]) -> list[Finding]:
         for seq in _letter_runs(tok):
             if len(seq) < 2:
                 continue
-            pairs = [(a, b) for a, b in zip(seq, seq[1:]) if a != b]
+            pairs = [(a, b) for a, b in pairwise(seq) if a != b]
             glued_alphabets = any(a in _SPACED and b in _SPACED and not ({a, b} <= main | {"LATIN"} and
                                                                           {a, b} & main)
                                   for a, b in pairs)  # fmt: skip
             han_in_alphabet = not cjk_text and "HAN" in seq and any(x in _SPACED for x in seq)
-            sandwich = not cjk_text and any(a == c != b for a, b, c in zip(seq, seq[1:], seq[2:]))
+            sandwich = not cjk_text and any(a == c != b for a, b, c in zip(seq, seq[1:], seq[2:], strict=False))
             if glued_alphabets or han_in_alphabet or sandwich or len(set(seq)) >= 3:
                 bad.append((m.start(), m.end(), tok))
                 break
@@ -508,7 +509,7 @@ def _glued(w: str) -> bool:
     switches = len(re.findall(r"[a-z][A-Z]|[A-Z][a-z]", w))
     if switches >= 4 and re.fullmatch(r"(?:[A-Z][a-z]|[a-z][A-Z])+[A-Za-z]?", w):
         return False  # aLtErNaTiNg case is a request, not soup
-    return (len(w) >= 16 and w.islower()) or (humps >= 1 and len(w) >= 12) or humps >= 2 and len(w) >= 10
+    return (len(w) >= 16 and w.islower()) or (humps >= 1 and len(w) >= 12) or (humps >= 2 and len(w) >= 10)
 
 
 def _lexical_soup(text: str) -> list[Finding]:
@@ -516,7 +517,7 @@ def _lexical_soup(text: str) -> list[Finding]:
     flags = [_glued(w) for w, _, _ in words]
     n = sum(flags)
     if len(words) >= LEXICAL_MIN_WORDS and n / len(words) >= LEXICAL_SOUP:
-        glued = [w for w, f in zip(words, flags) if f]
+        glued = [w for w, f in zip(words, flags, strict=True) if f]
         return [Finding(signal="lexical-soup", start=glued[0][1], end=glued[-1][2],
                         detail=f"{n}/{len(words)} words glued from sub-words "
                                f"({', '.join(w for w, _, _ in glued[:3])})")]  # fmt: skip
@@ -524,7 +525,7 @@ def _lexical_soup(text: str) -> list[Finding]:
     for i in range(0, max(0, len(words) - LEXICAL_WINDOW) + 1):
         window = flags[i : i + LEXICAL_WINDOW]
         if len(window) == LEXICAL_WINDOW and sum(window) >= LEXICAL_WINDOW_GLUED:
-            ws = [w for w, f in zip(words[i : i + LEXICAL_WINDOW], window) if f]
+            ws = [w for w, f in zip(words[i : i + LEXICAL_WINDOW], window, strict=True) if f]
             return [Finding(signal="lexical-soup", start=ws[0][1], end=ws[-1][2],
                             detail=f"{sum(window)} of {LEXICAL_WINDOW} words in a row glued from sub-words "
                                    f"({', '.join(w for w, _, _ in ws[:3])})")]  # fmt: skip
@@ -580,6 +581,17 @@ def looks_structured(text: str) -> bool:
     return len(lines) >= 3 and sum(1 for ln in lines if _CODE_LINE.match(ln)) / len(lines) >= 0.4
 
 
+def _merge_overlaps(findings: list[Finding]) -> list[Finding]:
+    """Keep one finding per signal and region: a loop seen at two granularities is one loop."""
+    kept: list[Finding] = []
+    for f in sorted(findings, key=lambda f: -(f.end - f.start)):
+        inside = [k for k in kept if k.signal == f.signal and k.strong == f.strong]
+        if any(min(k.end, f.end) - max(k.start, f.start) >= 0.9 * (f.end - f.start) for k in inside):
+            continue
+        kept.append(f)
+    return kept
+
+
 def detect(text: str | None, *, finish_reason: str | None = None,
            tokens: Sequence[Hashable] | None = None) -> Verdict:  # fmt: skip
     """Judge one generated text. `tokens`: the model's own tokens for it, when the engine exposes them."""
@@ -621,7 +633,7 @@ def detect(text: str | None, *, finish_reason: str | None = None,
         findings.append(Finding(signal="sparse", start=0, end=len(t),
                                 detail=f"{content} letter/digit characters in {visible} visible"))
     words = [p.norm for p in ps]
-    bigrams = list(zip(words, words[1:]))
+    bigrams = list(pairwise(words))
     if len(bigrams) >= DISTINCT2_MIN_BIGRAMS:
         d2 = len(set(bigrams)) / len(bigrams)
         nums["distinct_2"] = round(d2, 3)
@@ -631,6 +643,7 @@ def detect(text: str | None, *, finish_reason: str | None = None,
     if finish_reason == "length" and findings:
         findings.append(Finding(signal="runaway", start=len(t), end=len(t),
                                 detail="generation hit max_tokens", strong=False))
+    findings = _merge_overlaps(findings)
     findings.sort(key=lambda f: (f.start, f.signal))
     strong = any(f.strong for f in findings)
     weak = sum(1 for f in findings if not f.strong)
