@@ -95,8 +95,11 @@ def check_degeneracy(ctx: RunContext, client: EngineClient, col: Collected) -> S
     verdicts: list[dict[str, Any]] = []
     for item in col.texts:
         v = degeneracy.detect(item["text"], finish_reason=item["finish_reason"])
+        # findings: character spans into the text (kept up to 2000 characters) for the report to highlight
+        findings = [{"signal": f.signal, "start": f.start, "end": f.end, "detail": f.detail, "strong": f.strong}
+                    for f in v.findings]  # fmt: skip
         verdicts.append({"id": item["id"], "verdict": v.label, "signals": list(v.signals), "numbers": v.numbers,
-                         "text": item["text"][:500]})  # fmt: skip
+                         "findings": findings, "turned_at": v.turned_at, "text": item["text"][:2000]})  # fmt: skip
     bad = [v for v in verdicts if v["verdict"] == "degenerate"]
     nums = {"texts": verdicts, "degenerate": len(bad), "total": len(verdicts)}
     if not verdicts:
