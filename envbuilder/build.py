@@ -201,7 +201,8 @@ class BuildStage:
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         r = prior.stage("resolve")
         provided = provided_from(ctx)
-        return {"runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": r.details.get("lock_sha256") if r else None,
+        return {"custom_command": ctx.matrix.server.command is not None,
+                "runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": r.details.get("lock_sha256") if r else None,
                 "python": ctx.options.get("python") or cell.python, "find_links": ctx.options.get("find_links"),
                 "provided": provided.versions if provided else None,
                 "base_image": ctx.options.get("base_image") or ctx.matrix.build.base_image}  # fmt: skip

@@ -144,7 +144,7 @@ class ImportStage:
         from dataclasses import asdict
 
         return {"build": b.inputs if b else None, "image": b.details.get("image_id") if b else None,
-                "args": list(ctx.matrix.server.args), "engine": ctx.matrix.server.engine,
+                "args": list(ctx.matrix.server.args), "engine": ctx.matrix.server.engine, "env": ctx.matrix.server.env,
                 "model": asdict(ctx.matrix.model)}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:

@@ -9,15 +9,17 @@ as ``skip``/``prerequisite-failed`` without running.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import subprocess
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -109,8 +111,24 @@ class Stage(Protocol):
         ...
 
 
+@functools.cache
+def producer() -> str:
+    """envbuilder's version, with its git commit when it runs from a checkout (``0.1.0+g1a2b3c4d5e6f``)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return __version__
+    try:
+        p = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                           text=True, timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return __version__
+    commit = p.stdout.strip()
+    return f"{__version__}+g{commit}" if p.returncode == 0 and commit else __version__
+
+
 def inputs_hash(stage: Stage, ctx: RunContext, cell: Cell, prior: CellResult) -> str:
-    payload = {"stage": stage.name, "version": __version__, **stage.inputs(ctx, cell, prior)}
+    """The stage's cache key: what it declares it reads (``Stage.inputs``) and the envbuilder that decides."""
+    payload = {"stage": stage.name, "envbuilder": producer(), **stage.inputs(ctx, cell, prior)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -137,7 +155,8 @@ def run_stage_for_cell(stage: Stage, ctx: RunContext, cell: Cell, prior: CellRes
     try:
         result = stage.run(ctx, cell, prior)
         result = StageResult(name=result.name, status=result.status, reason=result.reason, message=result.message,
-                             duration_s=time.monotonic() - start, inputs=key, details=result.details)  # fmt: skip
+                             duration_s=time.monotonic() - start, inputs=key, details=result.details,
+                             producer=producer())  # fmt: skip
     except StageFailure as e:
         result = _from_failure(stage.name, e, time.monotonic() - start, key)
     except Exception as e:
@@ -147,25 +166,31 @@ def run_stage_for_cell(stage: Stage, ctx: RunContext, cell: Cell, prior: CellRes
 
 def _from_failure(name: str, e: StageFailure, duration: float, key: str) -> StageResult:
     return StageResult(name=name, status=e.status, reason=e.reason, message=e.message, duration_s=duration,
-                       inputs=key, details=e.details)  # fmt: skip
+                       inputs=key, details=e.details, producer=producer())  # fmt: skip
 
 
 def _internal(name: str, e: BaseException, duration: float, key: str) -> StageResult:
     tb = traceback.format_exception(e)
     return StageResult(name=name, status=Status.ERROR, reason=Reason.INTERNAL_ERROR,
                        message=f"{type(e).__name__}: {e}".splitlines()[0][:500], duration_s=duration,
-                       inputs=key, details={"traceback": "".join(tb)[-4000:]})  # fmt: skip
+                       inputs=key, details={"traceback": "".join(tb)[-4000:]}, producer=producer())  # fmt: skip
 
 
 def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]) -> list[CellResult]:
-    """Run ``stages`` in order over ``cells``; each finished stage is saved before the next starts."""
+    """Run ``stages`` in order over ``cells``; each finished stage is saved before the next starts.
+
+    A stored stage is reused when its cache key (:func:`inputs_hash`) is unchanged, whatever else of the cell's
+    settings changed; when the settings changed, stored stages this run does not revisit are dropped (their
+    keys cannot be checked).
+    """
     store = ctx.workspace.results
     lock = threading.Lock()
     current: dict[str, CellResult] = {}
+    names = {s.name for s in stages}
     for cell in cells:
         prior = store.load(cell.id) or CellResult(id=cell.id, axes=cell.axes)
         if prior.hash and prior.hash != cell.hash:
-            prior = CellResult(id=cell.id, axes=cell.axes)  # the cell's settings changed: start over
+            prior = prior.without_stages({s.name for s in prior.stages if s.name.split(".")[0] not in names})
         current[cell.id] = CellResult(id=cell.id, axes=cell.axes, hash=cell.hash, stages=prior.stages,
                                       env=_environment(ctx, prior))  # fmt: skip
 
@@ -179,7 +204,7 @@ def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]
                     {s.name for s in current[cell.id].stages if s.name.startswith(stage.name + ".")})
                 updated = updated.with_stage(result)
                 for sub in result.details.get("substages", []):  # checks report as stages of their own
-                    updated = updated.with_stage(StageResult.from_json(sub))
+                    updated = updated.with_stage(replace(StageResult.from_json(sub), producer=result.producer))
                 current[cell.id] = updated
                 store.save(updated)
             ctx.events(StageEvent(cell_id=cell.id, stage=stage.name, result=result, cached=cached))

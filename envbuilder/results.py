@@ -95,6 +95,7 @@ class StageResult:
     duration_s: float = 0.0
     inputs: str = ""  # content hash of the stage's inputs; equal inputs => the stage is not re-run
     details: dict[str, Any] = field(default_factory=dict)
+    producer: str = ""  # the envbuilder (version, git commit when known) that decided it
 
     @property
     def not_applicable(self) -> bool:
@@ -110,6 +111,7 @@ class StageResult:
             "duration_s": round(self.duration_s, 3),
             "inputs": self.inputs,
             "details": self.details,
+            "envbuilder": self.producer,
         }
 
     @classmethod
@@ -122,6 +124,7 @@ class StageResult:
             duration_s=float(d.get("duration_s", 0.0)),
             inputs=str(d.get("inputs", "")),
             details=dict(d.get("details", {})),
+            producer=str(d.get("envbuilder", "")),
         )
 
 

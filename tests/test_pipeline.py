@@ -15,7 +15,7 @@ import pytest
 from envbuilder import matrix
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell
-from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.pipeline import RunContext, Stage, Workspace, run_pipeline
 from envbuilder.results import CellResult, Reason, StageResult, Status
 from tests.conftest import ROOT, write
 
@@ -141,3 +141,91 @@ def test_one_bad_cell_never_stops_the_others_and_dependents_abort(tmp_path: Path
     after = res["3.12"].stage("after")
     assert after is not None and (after.status, after.reason) == (Status.SKIP, Reason.PREREQUISITE_FAILED)
     assert res["3.12"].verdict is Status.FAIL
+
+
+# --- per-stage cache keys ------------------------------------------------------------------------
+
+KEYED = """
+[matrix]
+app = ["1.0"]
+cuda = ["none"]
+os = ["debian12"]
+python = ["3.11"]
+[model]
+path = "Qwen/Qwen3.6-27B"
+[server]
+engine = "llama-cpp"
+[resolve]
+indexes = ["{index}"]
+as_of = "2026-06-01"  # after the local index's uploads (2026-01-01); a date: no index query for a key
+"""
+
+def _keys(tmp_path: Path, text: str) -> dict[str, str]:
+    from envbuilder.build import BuildStage
+    from envbuilder.importcheck import ImportStage
+    from envbuilder.pipeline import inputs_hash
+    from envbuilder.precheck import PrecheckStage
+    from envbuilder.resolve import ResolveStage
+    from envbuilder.smoke import SmokeStage
+
+    m = matrix.load(write(tmp_path / "k.toml", text))
+    (cell,) = m.cells()
+    prior = CellResult(id=cell.id, axes=cell.axes, stages=(  # what upstream stages stored (their artifacts' hashes)
+        StageResult(name="resolve", status=Status.PASS, inputs="r1", details={"lock_sha256": "a" * 64}),
+        StageResult(name="build", status=Status.PASS, inputs="b1", details={"image_id": "sha256:1"}),
+    ))
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), host_facts={"gpus": []})
+    stages: list[Stage] = [ResolveStage(), PrecheckStage(), BuildStage(), ImportStage(), SmokeStage()]
+    return {s.name: inputs_hash(s, ctx, cell, prior) for s in stages}
+
+
+def _with(text: str, section: str, line: str) -> str:
+    """``text`` with ``line`` added to its ``[section]`` (created at the end when absent)."""
+    head = f"[{section}]\n"
+    return text.replace(head, head + line, 1) if head in text else text + head + line
+
+
+@pytest.mark.parametrize(("change", "section", "line", "expected"), [
+    ("smoke seed", "smoke", "seed = 1\n", {"smoke"}),
+    ("smoke checks", "smoke", 'checks = ["golden"]\n', {"smoke"}),
+    ("server args", "server", 'args = ["--seed", "1"]\n', {"precheck", "import", "smoke"}),
+    ("server env", "server", 'env = {A = "1"}\n', {"import", "smoke"}),
+    ("resolve constraints", "resolve", 'constraints = ["six<2"]\n', {"resolve"}),
+    ("build env", "build", 'env = {CMAKE_ARGS = "-DGGML_NATIVE=OFF"}\n', {"build"}),
+    ("model tp", "model", "tp = 2\n", {"precheck", "import", "smoke"}),
+])
+def test_a_setting_changes_only_the_keys_of_stages_that_read_it(tmp_path: Path, change: str, section: str, line: str,
+                                                                expected: set[str]) -> None:
+    base = KEYED.format(index="http://127.0.0.1:9/simple")
+    before, after = _keys(tmp_path, base), _keys(tmp_path, _with(base, section, line))
+    assert {n for n in before if before[n] != after[n]} == expected, change
+
+
+def test_smoke_seed_change_leaves_the_lock_untouched_and_resolves_nothing(tmp_path: Path) -> None:
+    """Through the CLI against a real local index: a `[smoke]` change re-runs no resolve (the cell's hash changed)."""
+    from tests.localindex import LocalIndex, serve
+
+    idx = LocalIndex(tmp_path / "idx")
+    idx.add("app", "1.0", requires=["helper"])
+    idx.add("helper", "1.0")
+    m = tmp_path / "m.toml"
+    facts = ROOT / "tests/fixtures/h200-doctor.json"
+    wd = tmp_path / "wd"
+    with serve(idx):
+        text = KEYED.format(index=idx.url)
+        write(m, text)
+        argv = [sys.executable, "-m", "envbuilder", "--matrix", str(m), "--workdir", str(wd), "precheck", "--json",
+                "--host-facts", str(facts)]  # fmt: skip
+        first = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        (r1,) = json.loads(first.stdout)
+        (lockfile,) = (wd / "locks").rglob("pylock.toml")
+        content, mtime = lockfile.read_bytes(), lockfile.stat().st_mtime_ns
+        write(m, _with(text, "smoke", "seed = 7\n"))
+        second = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    (r2,) = json.loads(second.stdout)
+    assert r1["hash"] != r2["hash"]  # the cell's settings did change
+    s1, s2 = ({s["name"]: s for s in r["stages"]} for r in (r1, r2))
+    assert s1["resolve"]["status"] == "pass", s1["resolve"]["message"]
+    assert s2["resolve"] == s1["resolve"]  # reused as stored: same key, same duration, not re-run
+    assert lockfile.read_bytes() == content and lockfile.stat().st_mtime_ns == mtime
+    assert s2["resolve"]["envbuilder"].startswith("0.")  # each stored stage names the envbuilder that decided it
