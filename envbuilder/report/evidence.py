@@ -1,24 +1,19 @@
 """Evidence for a failed check: the span of a generated text that is wrong (a loop's repeated unit, a run of
 symbols, words that mix scripts, the wrong number), and the log lines that decided a start-up failure.
 
-Degenerate texts are flagged where the detector (``envbuilder.checks.degeneracy``) says, when it reports
-character offsets; otherwise the spans are found here for the signals it reported."""
+Degenerate texts are flagged where the detector (``envbuilder.checks.degeneracy``) says: its findings carry
+character offsets; a loop's first unit is told apart from its repeats."""
 
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from envbuilder.checks import degeneracy
 
 SHOWN_CHARS = 1600  # longer texts are shown around their first flagged span
-_SYMBOL_RUN = re.compile(r"[^\w\s,.;:'\"?!()]{3,}")
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
-_WORD = re.compile(r"\S+")
-_LETTERS = re.compile(r"[^\W\d_]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,102 +36,55 @@ class Piece:
     note: str = ""
 
 
-def _periodic_tail(seq: Sequence[str], max_period: int, min_repeats: int = 4) -> tuple[int, int] | None:
-    """(period, covered items) of the longest tail of ``seq`` that repeats one unit at least ``min_repeats`` times."""
-    n = len(seq)
-    best: tuple[int, int] | None = None
-    for p in range(1, min(max_period, n // min_repeats) + 1):
-        i = n - 1
-        while i - p >= 0 and seq[i] == seq[i - p]:
-            i -= 1
-        covered = n - 1 - i + p
-        if covered >= p * min_repeats and (best is None or covered > best[1]):
-            best = (p, covered)
-    return best
-
-
-def _unit_then_repeats(text: str, start: int, end: int, note: str, unit_end: int | None = None) -> list[Span]:
-    """A loop's region as its first unit (``loop-unit``, with the note) and the repeats (``loop``). Without a
-    known unit, the shortest exact period of the region is used; none: the region is one ``loop`` span."""
+def _unit_then_repeats(text: str, start: int, end: int, note: str) -> list[Span]:
+    """A loop's region as its first unit (``loop-unit``, with the note) and the repeats (``loop``): the unit is
+    the region's shortest exact period; without one (a loop on normalised text) the region is one ``loop``."""
     region = text[start:end]
-    if unit_end is None:
-        for p in range(1, min(256, len(region) // 2) + 1):
-            if region[p:] == region[:-p]:
-                unit_end = start + p
-                break
-    if unit_end is None or unit_end >= end:
-        return [Span(start=start, end=end, kind="loop", note=note)]
-    return [Span(start=start, end=unit_end, kind="loop-unit", note=note), Span(start=unit_end, end=end, kind="loop")]
+    for p in range(1, min(256, len(region) // 2) + 1):
+        if region[p:] == region[:-p]:
+            return [Span(start=start, end=start + p, kind="loop-unit", note=note),
+                    Span(start=start + p, end=end, kind="loop")]  # fmt: skip
+    return [Span(start=start, end=end, kind="loop", note=note)]
 
 
-def loop_spans(text: str) -> list[Span]:
-    """The looping tail: its first unit, then the repeats (character level, else word level)."""
-    body = text.rstrip()
-    loop = _periodic_tail(body, 128)
-    if loop and loop[1] >= 24 and loop[1] / max(1, len(body.strip())) >= 0.5:
-        period, covered = loop
-        start = len(body) - covered
-        unit = body[start : start + period]
-        return _unit_then_repeats(body, start, len(body), f"{unit!r} repeated {covered / period:.1f}×", start + period)
-    words = list(_WORD.finditer(body))
-    wl = _periodic_tail([w.group() for w in words], 32)
-    if wl and wl[1] / max(1, len(words)) >= 0.5 and wl[1] >= 8:
-        period, covered = wl
-        first = words[len(words) - covered]
-        unit_end = words[len(words) - covered + period - 1].end()
-        unit = body[first.start() : unit_end]
-        return _unit_then_repeats(body, first.start(), len(body), f"{unit!r} repeated {covered / period:.1f}×", unit_end)
-    return []
+KIND = {"loop": "loop", "stutter": "loop", "char-run": "symbols", "symbol-soup": "symbols", "sparse": "symbols",
+        "whitespace-run": "symbols", "special-tokens": "symbols", "mojibake": "symbols",
+        "script-soup": "mixed-script", "lexical-soup": "glued", "low-diversity": "loop", "runaway": "loop"}  # fmt: skip
 
 
-def _script(ch: str) -> str:
-    try:
-        return unicodedata.name(ch).split(" ", 1)[0]
-    except ValueError:
-        return "?"
-
-
-def _signal_spans(text: str, signals: set[str]) -> list[Span]:
-    """Spans for a detector that reports signals only (no offsets)."""
+def finding_spans(text: str, findings: Iterable[degeneracy.Finding]) -> list[Span]:
+    """The detector's findings as spans of ``text`` (clipped to it: stored texts are cut to a length). The strong
+    findings when there are any: a weak one (``low-diversity``) spans the whole text and would hide them."""
+    found = list(findings)
     out: list[Span] = []
-    if {"loop", "repeated-lines", "rep-4", "compression", "distinct-2", "low-diversity"} & signals:
-        out += loop_spans(text)
-    if "symbol-soup" in signals:
-        out += [Span(start=m.start(), end=m.end(), kind="symbols") for m in _SYMBOL_RUN.finditer(text)]
-    for m in _LETTERS.finditer(text):
-        w = m.group()
-        if "script-soup" in signals and len({_script(c) for c in w}) > 1:
-            out.append(Span(start=m.start(), end=m.end(), kind="mixed-script"))
-        elif "lexical-soup" in signals and (len(w) >= 14 or re.search(r"[a-z][A-Z]", w)):
-            out.append(Span(start=m.start(), end=m.end(), kind="glued"))
+    for f in [f for f in found if f.strong] or found:
+        start, end = f.start, min(f.end, len(text))
+        if not 0 <= start < end:
+            continue
+        note = f"{f.signal}: {f.detail}" if f.detail else f.signal
+        out += _unit_then_repeats(text, start, end, note) if KIND.get(f.signal) == "loop" else [
+            Span(start=start, end=end, kind=KIND.get(f.signal, "symbols"), note=note)]
+    return _no_overlap(out)
+
+
+def stored_findings(raw: object) -> list[degeneracy.Finding] | None:
+    """Findings as the degeneracy check stores them with each text ({signal, start, end, detail, strong})."""
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for f in raw:
+        if isinstance(f, dict) and isinstance(f.get("start"), int) and isinstance(f.get("end"), int):
+            out.append(degeneracy.Finding(signal=str(f.get("signal", "")), start=f["start"], end=f["end"],
+                                          detail=str(f.get("detail", "")), strong=bool(f.get("strong", True))))  # fmt: skip
     return out
 
 
-KIND = {"loop": "loop", "char-run": "symbols", "symbol-soup": "symbols", "sparse": "symbols",
-        "whitespace-run": "symbols", "special-tokens": "symbols", "mojibake": "symbols",
-        "script-soup": "mixed-script", "lexical-soup": "glued", "stutter": "loop"}  # fmt: skip
-
-
-def degeneracy_spans(text: str, signals: Iterable[str], findings: Sequence[Mapping[str, Any]] | None = None) -> list[Span]:
-    """The spans that make ``text`` degenerate: the detector's own findings (stored with the result, or found
-    again now) when it reports offsets, else spans computed here for the signals it reported."""
-    sig = set(signals)
+def degeneracy_spans(text: str, signals: Iterable[str] = (), findings: Sequence[degeneracy.Finding] | None = None) -> list[Span]:
+    """The spans that make ``text`` degenerate, where the detector says: its stored findings, or found again now
+    (a run that ran away is judged as one, ``runaway`` in ``signals``)."""
     if findings is None:
-        v = degeneracy.detect(text, finish_reason="length" if "runaway" in sig else None)
-        found = getattr(v, "findings", None)  # typed findings with character offsets, where the detector has them
-        if found is not None:
-            findings = [{"signal": f.signal, "start": f.start, "end": f.end, "detail": f.detail} for f in found]
-    if findings is None:
-        return _no_overlap(_signal_spans(text, sig))
-    out: list[Span] = []
-    for f in findings:
-        start, end, signal = f.get("start"), f.get("end"), str(f.get("signal", ""))
-        if not isinstance(start, int) or not isinstance(end, int) or not 0 <= start < end <= len(text):
-            continue
-        note = f"{signal}: {f.get('detail', '')}".rstrip(": ")
-        out += _unit_then_repeats(text, start, end, note) if signal == "loop" else [
-            Span(start=start, end=end, kind=KIND.get(signal, "symbols"), note=note)]
-    return _no_overlap(out)
+        findings = degeneracy.detect(text, finish_reason="length" if "runaway" in set(signals) else None).findings
+    return finding_spans(text, findings)
 
 
 def number_spans(text: str, expected: float, tolerance: float = 0.0) -> list[Span]:
@@ -165,7 +113,7 @@ def golden_spans(got: str, expect: dict[str, object]) -> list[Span]:
         if spans:
             return spans
     v = degeneracy.detect(got)
-    return degeneracy_spans(got, v.signals) if v.degenerate else []
+    return finding_spans(got, v.findings) if v.degenerate else []
 
 
 def needle_spans(got: str, expected: str) -> list[Span]:
@@ -175,7 +123,7 @@ def needle_spans(got: str, expected: str) -> list[Span]:
     if spans:
         return spans
     v = degeneracy.detect(got)
-    return degeneracy_spans(got, v.signals) if v.degenerate else []
+    return finding_spans(got, v.findings) if v.degenerate else []
 
 
 def _no_overlap(spans: Sequence[Span]) -> list[Span]:

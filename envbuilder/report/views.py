@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbuilder.checks import degeneracy
 from envbuilder.report import evidence
 from envbuilder.report.evidence import Piece
 from envbuilder.results import CellResult, StageResult, Status
@@ -272,7 +273,7 @@ def _expect_text(expect: Any) -> str:
     return "; ".join(parts)
 
 
-_Judged = tuple[str, list[str], dict[str, Any], list[dict[str, Any]] | None]
+_Judged = tuple[str, list[str], dict[str, Any], list[degeneracy.Finding] | None]
 
 
 def _degenerate_texts(stages: Sequence[StageResult]) -> dict[str, _Judged]:
@@ -283,10 +284,8 @@ def _degenerate_texts(stages: Sequence[StageResult]) -> dict[str, _Judged]:
             continue
         for t in s.details.get("texts") or []:
             if isinstance(t, dict) and t.get("verdict") == "degenerate":
-                found = t.get("findings")
                 out[str(t.get("id", "?"))] = (str(t.get("text") or ""), [str(x) for x in t.get("signals") or []],
-                                              dict(t.get("numbers") or {}),
-                                              [f for f in found if isinstance(f, dict)] if isinstance(found, list) else None)  # fmt: skip
+                                              dict(t.get("numbers") or {}), evidence.stored_findings(t.get("findings")))  # fmt: skip
     return out
 
 
@@ -327,13 +326,22 @@ def evidence_of(stages: Sequence[StageResult]) -> list[Evidence]:
                 out.append(Evidence(check=s.name, title=f"golden prompt {p.get('id', '?')}", prompt=str(p.get("prompt", "")),
                                     expected=_expect_text(expect), answer=answer, notes=(*misses, *extra)))  # fmt: skip
         elif s.name == "smoke.long-context":
+            # misses with the same answer at one length are shown once ("depths 0.1, 0.5, 0.9")
+            groups: dict[tuple[object, str], list[dict[str, Any]]] = {}
             for p in d.get("probes") or []:
-                if not isinstance(p, dict) or p.get("found"):
-                    continue
-                got, exp = str(p.get("got") or ""), str(p.get("expected", ""))
-                answer, extra = flagged(f"long-context:{p.get('tokens')}@{p.get('depth')}", got, evidence.needle_spans(got, exp))
-                out.append(Evidence(check=s.name, title=f"needle at {p.get('tokens')} tokens, depth {p.get('depth')}",
-                                    expected=f"the number {exp}", answer=answer, notes=extra))  # fmt: skip
+                if isinstance(p, dict) and not p.get("found"):
+                    groups.setdefault((p.get("tokens"), str(p.get("got") or "")), []).append(p)
+            for (tokens, got), probes in groups.items():
+                for p in probes:  # every degenerate needle answer counts as shown
+                    used.add(f"long-context:{tokens}@{p.get('depth')}")
+                first = probes[0]
+                key = f"long-context:{tokens}@{first.get('depth')}"
+                used.discard(key)
+                answer, extra = flagged(key, got, evidence.needle_spans(got, str(first.get("expected", ""))))
+                depths = ", ".join(str(p.get("depth")) for p in probes)
+                out.append(Evidence(check=s.name, title=f"needle at {tokens} tokens, depth{'s' if len(probes) > 1 else ''} {depths}",
+                                    expected=("the number " if len(probes) == 1 else "the numbers ")
+                                    + ", ".join(str(p.get("expected", "")) for p in probes), answer=answer, notes=extra))  # fmt: skip
         elif s.name == "smoke.spec" and isinstance(d.get("first_diverging"), dict):
             div = d["first_diverging"]
             got, ref = str(div.get("with_spec", "")), str(div.get("without_spec", ""))
