@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from envbuilder import lock
+from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.errors import StageFailure
 from envbuilder.images import build_image_stage, image_exists
 from envbuilder.matrix import Cell
@@ -199,10 +200,10 @@ class BuildStage:
         return self.runner or ctx.matrix.build.runner_for(cell)
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
-        r = prior.stage("resolve")
+        resolved = prior.lock()
         provided = provided_from(ctx)
         return {"custom_command": ctx.matrix.server.command is not None,
-                "runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": r.details.get("lock_sha256") if r else None,
+                "runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": resolved.sha256 if resolved else None,
                 "python": ctx.options.get("python") or cell.python, "find_links": ctx.options.get("find_links"),
                 "provided": provided.versions if provided else None,
                 "base_image": ctx.options.get("base_image") or ctx.matrix.build.base_image}  # fmt: skip
@@ -210,10 +211,12 @@ class BuildStage:
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         if old.status is not Status.PASS:
             return True
-        if old.details.get("runner") == "docker":
-            return image_exists(str(old.details.get("image", "")))
-        py = old.details.get("python")
-        return bool(py) and Path(str(py)).exists()
+        env = old.artifact
+        if not isinstance(env, BuiltEnvironment):
+            return False
+        if env.kind == "image":
+            return image_exists(env.image or "")
+        return Path(env.python).exists()
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         if ctx.matrix.server.command is not None:
@@ -224,11 +227,11 @@ class BuildStage:
             raise StageFailure(Status.ERROR, Reason.PREREQUISITE_FAILED, f"no lock at {lock_path}: run resolve first")
         runner = self._runner(ctx, cell)
         if runner == "venv":
-            resolved = prior.stage("resolve")
+            resolved = prior.lock()
             if ctx.options.get("find_links"):
                 index_args = offline_index_args(ctx.options["find_links"])
             else:
-                index_args = list(resolved.details.get("index_args", [])) if resolved else []
+                index_args = list(resolved.index_args) if resolved else []
             provided = provided_from(ctx)
             details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
                                  index_args, provided=provided, python=ctx.options.get("python"),
@@ -241,5 +244,7 @@ class BuildStage:
                 extra += f"; {len(pv['notes'])} at another version than the lock's)" if pv["notes"] else ")"
             return StageResult(name=self.name, status=Status.PASS,
                                message=f"venv with {n} packages at {details['venv']}{extra}",
-                               details={**details, "runner": "venv"})  # fmt: skip
+                               details={**details, "runner": "venv"},
+                               artifact=BuiltEnvironment(kind="venv", python=str(details["python"]),
+                                                         venv=str(details["venv"])))  # fmt: skip
         return build_image_stage(ctx, cell, lock_path)

@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 
 from envbuilder import __version__, atomic, lock
+from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import NONE, Cell
 from envbuilder.pipeline import RunContext
@@ -159,5 +160,6 @@ def build_image_stage(ctx: RunContext, cell: Cell, lock_path: Path) -> StageResu
         client.close()
     what = "built" if info["built"] else "exists, not rebuilt"
     return StageResult(name="build", status=Status.PASS, message=f"{tag} ({what}; base {base})",
+                       artifact=BuiltEnvironment(kind="image", python="python", image=tag, image_id=info["image_id"]),
                        details={**info, "runner": "docker", "base_image": base,
                                 "dockerfile": str(ctx.workspace.images(cell.id) / "Dockerfile")})  # fmt: skip

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import engines, launchcheck, model
+from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.build import clean_env
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell
@@ -88,13 +89,13 @@ def check_flags(args: Sequence[str], options: set[str]) -> tuple[list[str], list
     return problems, notes
 
 
-def run_in_env(build: StageResult, argv: list[str], timeout_s: float) -> tuple[int, str]:
+def run_in_env(env: BuiltEnvironment, argv: list[str], timeout_s: float) -> tuple[int, str]:
     """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU)."""
-    if build.details.get("runner") == "venv":
-        cmd = [str(build.details["python"]), *argv]
+    if env.kind == "venv":
+        cmd = [env.python, *argv]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
-                               env=clean_env(Path(str(build.details["venv"]))))  # fmt: skip
+                               env=clean_env(Path(env.venv or Path(env.python).parent.parent)))  # fmt: skip
         except subprocess.TimeoutExpired:
             return 124, f"timed out after {timeout_s:.0f} s"
         return p.returncode, p.stdout + p.stderr
@@ -103,7 +104,7 @@ def run_in_env(build: StageResult, argv: list[str], timeout_s: float) -> tuple[i
     client = docker.from_env(timeout=int(timeout_s) + 30)
     container = None
     try:
-        container = client.containers.run(str(build.details["image"]), ["python", *argv], detach=True,
+        container = client.containers.run(env.image or "", [env.python, *argv], detach=True,
                                           labels={"envbuilder.cell": "import-smoke"})  # fmt: skip
         try:
             code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
@@ -141,9 +142,10 @@ class ImportStage:
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         b = prior.stage("build")
+        env = prior.environment()
         from dataclasses import asdict
 
-        return {"build": b.inputs if b else None, "image": b.details.get("image_id") if b else None,
+        return {"build": b.inputs if b else None, "image": env.image_id if env else None,
                 "args": list(ctx.matrix.server.args), "engine": ctx.matrix.server.engine, "env": ctx.matrix.server.env,
                 "model": asdict(ctx.matrix.model)}  # fmt: skip
 
@@ -154,14 +156,15 @@ class ImportStage:
         build = prior.stage("build")
         if build is None or build.not_applicable:
             raise StageFailure(Status.SKIP, Reason.NOT_APPLICABLE, "no built environment (custom command or no build)")
-        if build.status is not Status.PASS:
+        built = prior.environment()
+        if build.status is not Status.PASS or built is None:
             raise StageFailure(Status.SKIP, Reason.PREREQUISITE_FAILED, f"not run: build ended {build.status} ({build.reason})")
-        resolve = prior.stage("resolve")
-        locked = dict(resolve.details.get("packages", {})) if resolve else {}
+        resolved = prior.lock()
+        locked = dict(resolved.packages) if resolved else {}
         engine = ctx.matrix.server.engine
         spec = engines.engine(engine)
         mods = modules_for(engine, locked, list(cell.requirements()))
-        code, out = run_in_env(build, ["-c", PROBE, *mods], timeout_s=600)
+        code, out = run_in_env(built, ["-c", PROBE, *mods], timeout_s=600)
         probe = read_marked(out)
         if probe is None:
             raise StageFailure(Status.FAIL, Reason.IMPORT_ERROR,
@@ -182,7 +185,7 @@ class ImportStage:
             return StageResult(name=self.name, status=Status.PASS,
                                message=f"imports {', '.join(mods)}; no {spec.package} in the lock: no flag check",
                                details=details)  # fmt: skip
-        hcode, help_text = run_in_env(build, ["-m", spec.module, "--help"], timeout_s=600)
+        hcode, help_text = run_in_env(built, ["-m", spec.module, "--help"], timeout_s=600)
         details["help_exit"] = hcode
         if hcode != 0:
             last = [ln for ln in help_text.splitlines() if ln.strip()][-1:] or ["no output"]
@@ -197,12 +200,12 @@ class ImportStage:
             return StageResult(name=self.name, status=Status.FAIL, reason=Reason.BAD_FLAG,
                                message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip
         launch_note = ""
-        if engine == "sglang" and build.details.get("runner") == "venv":
+        if engine == "sglang" and built.kind == "venv":
             config = model.find_config(ctx.matrix.model, ctx.matrix.path.parent)
             if config is not None:  # SGLang's own argument checks against the model's config: seconds, no weights
                 args = launchcheck.launch_args(ctx.matrix)
-                env = {**clean_env(Path(str(build.details["venv"]))), **ctx.matrix.server.env}
-                verdict, _ = launchcheck.run([str(build.details["python"])], config, args, env=env)
+                env = {**clean_env(Path(built.venv or Path(built.python).parent.parent)), **ctx.matrix.server.env}
+                verdict, _ = launchcheck.run([built.python], config, args, env=env)
                 details["launch_check"] = verdict.to_json()
                 if verdict.status in (Status.FAIL, Status.ERROR):
                     return StageResult(name=self.name, status=verdict.status, reason=verdict.reason,

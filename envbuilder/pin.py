@@ -47,14 +47,14 @@ def write_pin(ws: Workspace, cell: Cell, result: CellResult, *, force: bool) -> 
     dest = production_dir(ws)
     dest.mkdir(parents=True, exist_ok=True)
     atomic.write_bytes(dest / "pylock.toml", src.read_bytes())
-    build = result.stage("build")
+    built = result.environment()
     speed = result.stage("smoke.speed")
     prov = {
         "cell": cell.id, "axes": cell.axes, "hash": cell.hash, "lock_sha256": lock.read(src).sha256,
         "pinned_at": datetime.datetime.now(datetime.UTC).isoformat(), "envbuilder": __version__,
         "forced": bool(missing) and force, "not_passed": missing,
-        "image": build.details.get("image") if build else None,
-        "image_id": build.details.get("image_id") if build else None,
+        "image": built.image if built else None,
+        "image_id": built.image_id if built else None,
         "checks": {s.name: {"status": s.status.value, "message": s.message} for s in result.stages},
         "baseline": {"decode_tokens_per_s": speed.details.get("decode_tokens_per_s") if speed else None},
         "runner": result.env.get("host", {}),

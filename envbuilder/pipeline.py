@@ -154,9 +154,7 @@ def run_stage_for_cell(stage: Stage, ctx: RunContext, cell: Cell, prior: CellRes
         return old, True
     try:
         result = stage.run(ctx, cell, prior)
-        result = StageResult(name=result.name, status=result.status, reason=result.reason, message=result.message,
-                             duration_s=time.monotonic() - start, inputs=key, details=result.details,
-                             producer=producer())  # fmt: skip
+        result = replace(result, duration_s=time.monotonic() - start, inputs=key, producer=producer())
     except StageFailure as e:
         result = _from_failure(stage.name, e, time.monotonic() - start, key)
     except Exception as e:
@@ -200,11 +198,12 @@ def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]
             ctx.events(StageEvent(cell_id=cell.id, stage=stage.name))
             result, cached = run_stage_for_cell(stage, ctx, cell, current[cell.id])
             with lock:
-                updated = current[cell.id].without_stages(
-                    {s.name for s in current[cell.id].stages if s.name.startswith(stage.name + ".")})
-                updated = updated.with_stage(result)
-                for sub in result.details.get("substages", []):  # checks report as stages of their own
-                    updated = updated.with_stage(replace(StageResult.from_json(sub), producer=result.producer))
+                updated = current[cell.id]  # a reused stage is stored already, its checks too
+                if not cached:  # a re-run's checks replace the stored ones; stored once, as stages of their own
+                    updated = updated.without_stages({s.name for s in updated.stages if s.name.startswith(stage.name + ".")})
+                    updated = updated.with_stage(result)
+                    for check in result.checks:
+                        updated = updated.with_stage(replace(check, producer=result.producer))
                 current[cell.id] = updated
                 store.save(updated)
             ctx.events(StageEvent(cell_id=cell.id, stage=stage.name, result=result, cached=cached))

@@ -212,9 +212,9 @@ class PrecheckStage:
     max_workers = 1
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
-        r = prior.stage("resolve")
+        resolved = prior.lock()
         facts = {k: ctx.host_facts.get(k) for k in ("gpus", "driver", "glibc")}
-        return {"facts": facts, "lock": r.details.get("lock_sha256") if r else None,
+        return {"facts": facts, "lock": resolved.sha256 if resolved else None,
                 "rules": [rules("cuda_driver")["version"], rules("arch")["version"]], "model": asdict(ctx.matrix.model),
                 "args": list(ctx.matrix.server.args)}  # fmt: skip
 

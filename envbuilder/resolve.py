@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import atomic, lock
+from envbuilder.artifacts import ResolvedLock
 from envbuilder.errors import StageFailure
 from envbuilder.index import IndexUnreachable, ProjectNotFound, SimpleIndex
 from envbuilder.matrix import NONE, RESOLVER, Cell, Matrix, parse_as_of
@@ -263,7 +264,7 @@ class ResolveStage:
         path = ctx.workspace.locks(cell.id) / "pylock.toml"
         if old.status is not Status.PASS:
             return True
-        return path.exists() and lock.read(path).sha256 == old.details.get("lock_sha256")
+        return path.exists() and isinstance(old.artifact, ResolvedLock) and lock.read(path).sha256 == old.artifact.sha256
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         m = ctx.matrix
@@ -301,7 +302,9 @@ class ResolveStage:
         n = len(res.lock.packages)
         key = ", ".join(f"{k} {v}" for k, v in details["key_packages"].items())
         msg = f"{n} packages, CUDA {carried or 'none'}, {how}: {key}"
-        return StageResult(name=self.name, status=Status.PASS, message=msg, details=details)
+        resolved = ResolvedLock(path=str(res.lock.path), sha256=res.lock.sha256, packages=res.lock.versions(),
+                                index_args=tuple(req.index_args()), cuda=carried)  # fmt: skip
+        return StageResult(name=self.name, status=Status.PASS, message=msg, details=details, artifact=resolved)
 
     def _details(self, cell: Cell, res: Compiled, how: str, when: datetime.datetime | None,
                  notes: list[str]) -> dict[str, Any]:  # fmt: skip

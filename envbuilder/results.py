@@ -3,8 +3,13 @@
 ::
 
     {"id", "axes": {...}, "hash", "verdict": "pass|fail|skip|error",
-     "stages": [{"name", "status", "reason", "message", "duration_s", "inputs", "details"}],
+     "stages": [{"name", "status", "reason", "message", "duration_s", "inputs", "details", "envbuilder",
+                 "artifact"}],
      "env": {...}}
+
+Schema 2: a stage's typed hand-off to later stages is its ``artifact`` (:mod:`envbuilder.artifacts`), and the
+smoke checks are stored once, as stages of their own. Version-1 files still load (their artifacts are read
+from ``details``; the copy of the checks inside ``smoke``'s details is dropped).
 
 ``fail`` means the cell is incompatible, ``error`` that the tool could not decide (network down,
 Docker missing), ``skip`` that the stage did not run: either it was not asked for / does not apply
@@ -24,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import atomic
+from envbuilder.artifacts import Artifact, BuiltEnvironment, ResolvedLock, artifact_from_json, from_v1_details
 from envbuilder.errors import InputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Status(enum.StrEnum):
@@ -96,6 +102,8 @@ class StageResult:
     inputs: str = ""  # content hash of the stage's inputs; equal inputs => the stage is not re-run
     details: dict[str, Any] = field(default_factory=dict)
     producer: str = ""  # the envbuilder (version, git commit when known) that decided it
+    artifact: Artifact | None = None  # what later stages read (a lock, an environment)
+    checks: tuple[StageResult, ...] = ()  # smoke's checks; in memory only: stored as stages of their own
 
     @property
     def not_applicable(self) -> bool:
@@ -112,10 +120,18 @@ class StageResult:
             "inputs": self.inputs,
             "details": self.details,
             "envbuilder": self.producer,
+            "artifact": None if self.artifact is None else self.artifact.to_json(),
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> StageResult:
+    def from_json(cls, d: dict[str, Any], schema: int = SCHEMA_VERSION) -> StageResult:
+        name = str(d["name"])
+        details = dict(d.get("details", {}))
+        if schema < 2:
+            details.pop("substages", None)  # version 1 kept the checks twice: here and as stages
+            artifact = from_v1_details(name, details)
+        else:
+            artifact = artifact_from_json(d["artifact"]) if d.get("artifact") else None
         return cls(
             name=str(d["name"]),
             status=Status(d["status"]),
@@ -123,8 +139,9 @@ class StageResult:
             message=str(d.get("message", "")),
             duration_s=float(d.get("duration_s", 0.0)),
             inputs=str(d.get("inputs", "")),
-            details=dict(d.get("details", {})),
+            details=details,
             producer=str(d.get("envbuilder", "")),
+            artifact=artifact,
         )
 
 
@@ -156,6 +173,17 @@ class CellResult:
                 return s
         return None
 
+    def lock(self) -> ResolvedLock | None:
+        """The resolved lock, when resolve passed."""
+        s = self.stage("resolve")
+        return s.artifact if s is not None and s.status is Status.PASS and isinstance(s.artifact, ResolvedLock) else None
+
+    def environment(self) -> BuiltEnvironment | None:
+        """The built environment (venv or image), when build passed."""
+        s = self.stage("build")
+        ok = s is not None and s.status is Status.PASS
+        return s.artifact if s is not None and ok and isinstance(s.artifact, BuiltEnvironment) else None
+
     def with_stage(self, result: StageResult) -> CellResult:
         """A copy with ``result`` replacing the stage of the same name (or appended)."""
         kept = [s for s in self.stages if s.name != result.name]
@@ -181,7 +209,7 @@ class CellResult:
             id=str(d["id"]),
             axes={str(k): str(v) for k, v in d["axes"].items()},
             hash=str(d.get("hash", "")),
-            stages=tuple(StageResult.from_json(s) for s in d.get("stages", [])),
+            stages=tuple(StageResult.from_json(s, int(d.get("schema", 1))) for s in d.get("stages", [])),
             env=dict(d.get("env", {})),
         )
 

@@ -97,17 +97,17 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
         argv = [a.format(host=host, port=port, model=model) for a in m.server.command] + user_args
         return Launch(argv=argv, env=env, base_url=m.server.base_url or f"http://{host}:{port}", runner="local",
                       model=model)  # fmt: skip
-    build = prior.stage("build")
-    if build is None or build.status is not Status.PASS:
+    built = prior.environment()
+    if built is None:
         raise StageFailure(Status.SKIP, Reason.PREREQUISITE_FAILED, "no built environment for this cell")
-    if build.details.get("runner") == "venv":
-        python = str(build.details["python"])
+    if built.kind == "venv":
+        python = built.python
         model = resolve_model_path(m, python_runner(python))
         argv = engines.launch_argv(spec, python, model, host, port, user_args, tp=m.model.tp,
                                    context_length=_ctx_len(m))  # fmt: skip
         return Launch(argv=argv, env=env, base_url=f"http://{host}:{port}", runner="local", model=model)
-    image = str(build.details["image"])
-    model = resolve_model_path(m, lambda argv: run_in_env(build, argv, timeout_s=120))
+    image = built.image or ""
+    model = resolve_model_path(m, lambda argv: run_in_env(built, argv, timeout_s=120))
     in_image = "/model" if Path(model).exists() else model  # a local model is mounted at /model
     argv = engines.launch_argv(spec, "python3", in_image, "0.0.0.0", port, user_args, tp=m.model.tp,
                                context_length=_ctx_len(m))  # fmt: skip

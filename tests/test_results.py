@@ -87,3 +87,36 @@ def test_h200_plain_run_reads_pass() -> None:
     spec = r.stage("smoke.spec")
     assert spec is not None and spec.not_applicable
     assert all(s.status is Status.PASS for s in r.applicable) and r.verdict is Status.PASS
+
+
+V1 = Path(__file__).parent / "fixtures/results-v1"
+
+
+def test_version_1_files_load_with_typed_artifacts(tmp_path: Path) -> None:
+    """Real version-1 files from the H200: the artifacts come back typed, the checks once, and they save as v2."""
+    r = load_result_file(V1 / "h200-import-venv.json")
+    resolved, built = r.lock(), r.environment()
+    assert resolved is not None and len(resolved.sha256) == 64 and resolved.packages["sglang"] == "0.5.11"
+    assert resolved.index_args and resolved.path.endswith("pylock.toml")
+    assert built is not None and built.kind == "venv" and built.python.endswith("/bin/python") and built.venv
+    smoke = load_result_file(V1 / "h200-plain.json")
+    s = smoke.stage("smoke")
+    assert s is not None and "substages" not in s.details  # v1 stored the checks twice
+    assert [x.name for x in smoke.stages].count("smoke.golden") == 1
+    store = ResultStore(tmp_path)
+    store.save(r)
+    data = json.loads(store.path(r.id).read_text())
+    assert data["schema"] == 2
+    build = next(x for x in data["stages"] if x["name"] == "build")
+    assert build["artifact"] == {"kind": "venv", "python": built.python, "venv": built.venv, "image": None,
+                                 "image_id": None}
+    assert store.load(r.id) == r
+
+
+def test_checks_are_stored_once(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    checks = (StageResult(name="smoke.golden", status=Status.PASS), StageResult(name="smoke.spec", status=Status.PASS))
+    smoke = StageResult(name="smoke", status=Status.PASS, checks=checks, details={"launch": {"ready_s": 3.0}})
+    store.save(CellResult(id="c", axes={}, stages=(smoke, *checks)))
+    text = store.path("c").read_text()
+    assert text.count('"smoke.golden"') == 1 and "substages" not in text

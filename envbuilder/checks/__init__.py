@@ -303,7 +303,7 @@ def run_checks(ctx: RunContext, start_reference: StartReference, client: EngineC
     status = worst.status if worst.status is not Status.SKIP or all(r.status is Status.SKIP for r in results) else Status.PASS
     msg = worst.message if status in (Status.FAIL, Status.ERROR) else f"ready in {launch.get('ready_s')} s; {summary}"
     return StageResult(name="smoke", status=status, reason=worst.reason if status is not Status.PASS else Reason.OK,
-                       message=msg, details={**details, "substages": [r.to_json() for r in results]})  # fmt: skip
+                       message=msg, details=details, checks=tuple(results))  # fmt: skip
 
 
 __all__ = ["SPEC_FLAGS", "engines", "run_checks"]

@@ -38,10 +38,10 @@ def cmd_launch_check(args: argparse.Namespace, ui: Ui) -> int:
         python = shlex.split(args.python)
     else:
         r = Workspace(args.workdir).results.load(cell.id)
-        build = r.stage("build") if r else None
-        if build is None or build.details.get("runner") != "venv":
+        built = r.environment() if r else None
+        if built is None or built.kind != "venv":
             raise errors.InputError("command line", "--python", "no venv for this cell: build it or pass --python")
-        python = [str(build.details["python"])]
+        python = [built.python]
     verdict, probe = launchcheck.run(python, config, launchcheck.launch_args(m), env={**os.environ, **m.server.env})
     if ui.json:
         ui.print_json({"cell": cell.id, **verdict.to_json(), "log": probe.get("log", "")[-2000:]})

@@ -1,0 +1,81 @@
+"""What one stage hands the next, typed: the resolved lock (resolve), the built environment (build).
+
+A stage stores its artifact with its result (``StageResult.artifact``); later stages read it from there
+(``CellResult.lock()``, ``CellResult.environment()``), never from the free-form ``details``. JSON exists
+only at the storage boundary: :func:`artifact_to_json` / :func:`artifact_from_json`, used by
+:mod:`envbuilder.results`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedLock:
+    """``resolve``'s output: the cell's pylock.toml and what it pins."""
+
+    path: str
+    sha256: str
+    packages: Mapping[str, str] = field(default_factory=dict)  # name -> version
+    index_args: tuple[str, ...] = ()  # the uv index flags it was resolved with (a venv installs from the same)
+    cuda: str | None = None  # the CUDA the lock's wheels carry
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "lock", "path": self.path, "sha256": self.sha256, "packages": dict(self.packages),
+                "index_args": list(self.index_args), "cuda": self.cuda}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ResolvedLock:
+        return cls(path=str(d.get("path", "")), sha256=str(d.get("sha256", "")),
+                   packages={str(k): str(v) for k, v in dict(d.get("packages") or {}).items()},
+                   index_args=tuple(str(a) for a in d.get("index_args") or ()),
+                   cuda=None if d.get("cuda") is None else str(d["cuda"]))  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuiltEnvironment:
+    """``build``'s output: where the cell's Python runs — a venv on this machine or a Docker image."""
+
+    kind: Literal["venv", "image"]
+    python: str  # the venv's interpreter, or the image's ``python``
+    venv: str | None = None
+    image: str | None = None  # the image's tag
+    image_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "python": self.python, "venv": self.venv, "image": self.image,
+                "image_id": self.image_id}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BuiltEnvironment:
+        kind: Literal["venv", "image"] = "image" if d.get("kind") in ("image", "docker") else "venv"
+        opt = {k: None if d.get(k) is None else str(d[k]) for k in ("venv", "image", "image_id")}
+        return cls(kind=kind, python=str(d.get("python") or "python"), **opt)
+
+
+Artifact = ResolvedLock | BuiltEnvironment
+
+
+def artifact_to_json(a: Artifact) -> dict[str, Any]:
+    return a.to_json()
+
+
+def artifact_from_json(d: Mapping[str, Any]) -> Artifact:
+    if d.get("kind") == "lock":
+        return ResolvedLock.from_json(d)
+    return BuiltEnvironment.from_json(d)
+
+
+def from_v1_details(stage: str, details: Mapping[str, Any]) -> Artifact | None:
+    """The artifact a version-1 result file kept in its stage's ``details`` (read back for old files only)."""
+    if stage == "resolve" and details.get("lock_sha256"):
+        return ResolvedLock.from_json({"path": details.get("lock", ""), "sha256": details["lock_sha256"],
+                                       "packages": details.get("packages"), "index_args": details.get("index_args"),
+                                       "cuda": details.get("cuda")})  # fmt: skip
+    if stage == "build" and details.get("runner") in ("venv", "docker"):
+        kind = "image" if details["runner"] == "docker" else "venv"
+        return BuiltEnvironment.from_json({**details, "kind": kind})
+    return None
