@@ -300,3 +300,16 @@ def test_lossy_speculation_shows_where_the_outputs_part() -> None:
     (ev,) = views.cell_view(lossy).evidence
     assert ev.check == "smoke.spec" and "Paris" in ev.expected
     assert [(p.text, p.kind) for p in ev.answer] == [("The capital of France is ", ""), ("Lyon.", "diverge")]
+
+
+def test_timeline_knows_every_graph_capture_kind() -> None:
+    """Target, draft and prefill graph captures (the names newer SGLang releases' logs give) are graph capture."""
+    launch = {"status": "pass", "ready_s": 30.0, "milestones": [
+        {"name": "first_log", "t": 2.0}, {"name": "load_weight_begin", "t": 10.0}, {"name": "load_weight_end", "t": 12.0},
+        {"name": "kv_cache", "t": 13.0}, {"name": "graph_capture_begin", "t": 13.5}, {"name": "graph_capture_end", "t": 18.0},
+        {"name": "draft_graph_capture_end", "t": 21.0}, {"name": "prefill_graph_capture_begin", "t": 21.5},
+        {"name": "prefill_graph_capture_end", "t": 25.0}, {"name": "some_new_line", "t": 26.0}, {"name": "ready", "t": 30.0}]}  # fmt: skip
+    tl = views.timeline(launch)
+    assert tl is not None
+    assert tl.totals() == {"launch": 2.0, "imports": 8.0, "weights": 2.0, "KV/state pools": 1.5, "graph capture": 8.0,
+                           "compile": 3.5, "warm-up": 5.0}  # fmt: skip

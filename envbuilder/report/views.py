@@ -20,10 +20,21 @@ PHASE_OF = {
     "load_weight_end": "weights", "kv_cache": "KV/state pools", "mamba_cache": "KV/state pools",
     "graph_capture_begin": "KV/state pools", "graph_capture_end": "graph capture",
     "draft_graph_capture_begin": "graph capture", "draft_graph_capture_end": "graph capture",
+    "prefill_graph_capture_begin": "graph capture", "prefill_graph_capture_end": "compile",
     "piecewise_begin": "graph capture", "piecewise_end": "compile", "max_tokens": "warm-up",
     "http_up": "warm-up", "ready": "warm-up", "ready_checked": "warm-up",
 }  # fmt: skip
 PHASES = ("launch", "imports", "weights", "KV/state pools", "graph capture", "compile", "warm-up")
+
+
+def phase_of(milestone: str) -> str:
+    """The phase a milestone closes; a graph capture of any kind (target, draft, prefill) is one; an unknown
+    milestone closes nothing (its time goes to the next known one)."""
+    if milestone in PHASE_OF:
+        return PHASE_OF[milestone]
+    if "graph_capture" in milestone:
+        return "graph capture"
+    return ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,7 +188,7 @@ def timeline(launch: Mapping[str, Any]) -> Timeline | None:
     prev = 0.0
     for m in hits:
         t = float(m["t"])
-        phase = PHASE_OF.get(str(m.get("name")), "")
+        phase = phase_of(str(m.get("name")))
         if not phase:
             continue
         if segs and segs[-1].phase == phase:
