@@ -313,3 +313,34 @@ def test_timeline_knows_every_graph_capture_kind() -> None:
     assert tl is not None
     assert tl.totals() == {"launch": 2.0, "imports": 8.0, "weights": 2.0, "KV/state pools": 1.5, "graph capture": 8.0,
                            "compile": 3.5, "warm-up": 5.0}  # fmt: skip
+
+
+def test_watch_summary_plugs_into_the_report(tmp_path: Path) -> None:
+    """watch's record (<workdir>/watch/summary.json) with the pin = the plain H200 run and a candidate release
+    (the H200 run with speculation, as the next release's cell): `report --format html` shows both side by side."""
+    wd = tmp_path / "wd"
+    store = ResultStore(wd / "results")
+    pinned = h200("plain")
+    cand_id = CELL.replace("sglang-0.5.11", "sglang-0.5.12")
+    cand = h200("spec")
+    cand = CellResult(id=cand_id, axes={**cand.axes, "sglang": "0.5.12"}, hash=cand.hash, stages=cand.stages, env=cand.env)
+    store.save(pinned)
+    store.save(cand)
+    (wd / "watch").mkdir(parents=True)
+    (wd / "watch/summary.json").write_text(json.dumps({
+        "schema": 1, "package": "sglang", "pinned_cell": CELL, "pinned_version": "0.5.11", "launch_args": [],
+        "created": "2026-12-03T07:00:00+00:00", "gpu": True, "releases": [
+            {"version": "0.5.12", "cell": cand_id, "uploaded": "2026-05-20", "verdict": "blocked",
+             "reasons": ["smoke.speed: perf-regression — decode 121.5 tok/s < 494.6"], "fixes": [],
+             "changes": ["--speculative-algorithm STANDALONE"], "notes": [], "stages": []},
+            {"version": "0.5.13", "cell": "not-run-yet", "verdict": "undecided"}]}))  # fmt: skip
+    (ups,) = upgrade.from_watch(wd)
+    assert ups.label == "blocked" and not ups.safe and ups.candidate.id == cand_id and ups.moved == ()
+    out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
+    assert out.code == 0, out.err
+    assert "Upgrade: <code>" in out.out and "blocked" in out.out and "perf-regression" in out.out and "-77.9%" in out.out
+    md = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "md")
+    assert "### Upgrade: `" in md.out and "❌ blocked" in md.out
+    (wd / "watch/summary.json").write_text("{}")
+    bad = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
+    assert bad.code == 2 and "summary.json: not a watch summary" in bad.err

@@ -197,11 +197,13 @@ def to_json(results: Sequence[CellResult]) -> str:
 def render(results: Sequence[CellResult], fmt: str, *, workdir: Path | None = None, page_dir: Path | None = None,
            rows: str | Sequence[str] | None = None, cols: str | Sequence[str] | None = None,
            expand: bool = False, baseline: float | None = None) -> str:  # fmt: skip
+    """One report format. With ``workdir``, the page links its logs and shows watch's upgrade views."""
+    upgrades = upgrade_mod.from_watch(workdir) if workdir is not None else []
     if fmt == "md":
-        return to_markdown(results, rows=rows, cols=cols)
+        return to_markdown(results, rows=rows, cols=cols) + "".join("\n" + upgrade_mod.markdown(u) for u in upgrades)
     if fmt == "html":
         return to_html(results, workdir=workdir, page_dir=page_dir, rows=rows, cols=cols, open_all=expand,
-                       baseline=baseline)
+                       baseline=baseline, upgrades=upgrades)
     if fmt == "junit":
         return to_junit(results)
     if fmt == "json":

@@ -4,12 +4,16 @@ diff) can plug it in."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from rich.table import Table
 
-from envbuilder.results import CellResult, Status
+from envbuilder import lock
+from envbuilder.errors import InputError
+from envbuilder.results import CellResult, ResultStore, Status
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,3 +134,37 @@ def table(u: Upgrade) -> Table:
     for x in u.moved:
         t.add_row(x.name, x.old or "–", x.new or "–", "")
     return t
+
+
+def from_watch(workdir: Path) -> list[Upgrade]:
+    """The upgrade views of what ``watch`` decided, from its summary record (``<workdir>/watch/summary.json``:
+    the pinned cell and, per newer release, its cell, verdict, reasons, fixes and changes) and the stored results
+    and locks of both cells. No record: none. A release whose result is not stored is left out."""
+    path = workdir / "watch" / "summary.json"
+    if not path.is_file():
+        return []
+    try:
+        doc = json.loads(path.read_text())
+        pinned_id, releases = str(doc["pinned_cell"]), list(doc["releases"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(str(path), None, f"not a watch summary ({e})") from None
+    store = ResultStore(workdir / "results")
+    pinned = store.load(pinned_id)
+    if pinned is None:
+        return []
+    pinned_lock = workdir / "locks" / "production" / "pylock.toml"
+    out = []
+    for rel in releases:
+        if not isinstance(rel, dict) or (cand := store.load(str(rel.get("cell", "")))) is None:
+            continue
+        cand_lock = workdir / "locks" / cand.id / "pylock.toml"
+        moved: list[dict[str, str | None]] = []
+        if pinned_lock.is_file() and cand_lock.is_file():
+            moved = lock.diff(lock.read(pinned_lock).versions(), lock.read(cand_lock).versions())
+        verdict = str(rel.get("verdict", ""))
+        base = from_results(pinned, cand, moved)
+        out.append(replace(base, verdict=verdict, safe=verdict.startswith("safe") if verdict else base.safe,
+                           reasons=tuple(str(x) for x in rel.get("reasons") or ()) or base.reasons,
+                           fixes=tuple(str(x) for x in rel.get("fixes") or ()),
+                           changes=tuple(str(x) for x in rel.get("changes") or ())))  # fmt: skip
+    return out
