@@ -344,3 +344,10 @@ def test_watch_summary_plugs_into_the_report(tmp_path: Path) -> None:
     (wd / "watch/summary.json").write_text("{}")
     bad = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
     assert bad.code == 2 and "summary.json: not a watch summary" in bad.err
+
+
+def test_no_results_yet() -> None:
+    assert "No results yet" in report.to_html([]) and "No results yet" in report.to_markdown([])
+    con = Console(width=120, record=True, color_system=None)
+    con.print(terminal.render([], grid.build([])))
+    assert "no results yet" in con.export_text()

@@ -85,8 +85,9 @@ def to_markdown(results: Sequence[CellResult], title: str = "envbuilder compatib
     notes: list[str] = []
     counts = ", ".join(f"{n} {k}" for k, n in grid.counts(results).items())
     lines = [f"## {title}", "", f"{len(results)} cell(s): {counts or 'none'}", ""]
-    if results:
-        lines += matrix_markdown(grid.build(results, rows, cols))
+    if not results:
+        return "\n".join([*lines, "No results yet: run `envbuilder run` first."]) + "\n"
+    lines += matrix_markdown(grid.build(results, rows, cols))
     summary = summary_by_axis(results)
     if summary:
         lines += ["", "**Per axis:** " + "; ".join(f"{a} {v}: {p}/{n} pass" for a, v, p, n in summary)]
