@@ -180,7 +180,7 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
 
 def provided_from(ctx: RunContext) -> Provided | None:
     """``--provided FREEZE`` of this run, read."""
-    path = ctx.options.get("provided")
+    path = ctx.options.provided
     if not path:
         return None
     return Provided(versions=read_freeze(Path(path)), source=str(path))
@@ -204,9 +204,9 @@ class BuildStage:
         provided = provided_from(ctx)
         return {"custom_command": ctx.matrix.server.command is not None,
                 "runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": resolved.sha256 if resolved else None,
-                "python": ctx.options.get("python") or cell.python, "find_links": ctx.options.get("find_links"),
+                "python": ctx.options.python or cell.python, "find_links": list(ctx.options.find_links) or None,
                 "provided": provided.versions if provided else None,
-                "base_image": ctx.options.get("base_image") or ctx.matrix.build.base_image}  # fmt: skip
+                "base_image": ctx.options.base_image or ctx.matrix.build.base_image}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         if old.status is not Status.PASS:
@@ -228,19 +228,19 @@ class BuildStage:
         runner = self._runner(ctx, cell)
         if runner == "venv":
             resolved = prior.lock()
-            if ctx.options.get("find_links"):
-                index_args = offline_index_args(ctx.options["find_links"])
+            if ctx.options.find_links:
+                index_args = offline_index_args(ctx.options.find_links)
             else:
                 index_args = list(resolved.index_args) if resolved else []
             provided = provided_from(ctx)
             details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
-                                 index_args, provided=provided, python=ctx.options.get("python"),
+                                 index_args, provided=provided, python=ctx.options.python,
                                  env=ctx.matrix.build.env, run_dir=ctx.workspace.root / "run")  # fmt: skip
             n = len(lock.read(lock_path).packages)
             extra = ""
             if "provided" in details:
                 pv = details["provided"]
-                extra = f" ({pv['count']} provided by {ctx.options.get('python') or cell.python}"
+                extra = f" ({pv['count']} provided by {ctx.options.python or cell.python}"
                 extra += f"; {len(pv['notes'])} at another version than the lock's)" if pv["notes"] else ")"
             return StageResult(name=self.name, status=Status.PASS,
                                message=f"venv with {n} packages at {details['venv']}{extra}",

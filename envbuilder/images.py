@@ -144,7 +144,7 @@ def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[
 
 def build_image_stage(ctx: RunContext, cell: Cell, lock_path: Path) -> StageResult:
     """The build stage with the docker runner."""
-    override = ctx.options.get("base_image") or ctx.matrix.build.base_image
+    override = ctx.options.base_image or ctx.matrix.build.base_image
     base = base_image(cell, override)
     _, tag = render(cell, lock_path, ctx.workspace.images(cell.id), base=base, install_env=ctx.matrix.build.env)
     client = docker_client()
@@ -153,7 +153,7 @@ def build_image_stage(ctx: RunContext, cell: Cell, lock_path: Path) -> StageResu
         info = build(client, ctx.workspace.images(cell.id), tag, ctx.workspace.logs(cell.id) / "build.log",
                      labels={"envbuilder.cell": cell.id, "envbuilder.lock-sha256": lk.sha256,
                              "envbuilder.version": __version__},
-                     nocache=bool(ctx.options.get("no_cache")))  # fmt: skip
+                     nocache=ctx.options.no_cache)  # fmt: skip
         image = client.images.get(tag)
         info["image_id"] = image.id
     finally:

@@ -80,6 +80,24 @@ def _no_events(_: StageEvent) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """This run's command-line choices the stages read (``None``: the matrix's setting or the stage's default)."""
+
+    base_image: str | None = None  # --base-image
+    base_url: str | None = None  # --base-url: check a server that already runs
+    startup_timeout_s: float | None = None
+    stall_timeout_s: float | None = None
+    no_cache: bool = False  # build images without Docker's layer cache
+    find_links: tuple[str, ...] = ()  # venv runner: install only from these wheel folders
+    provided: str | None = None  # venv runner: a `pip freeze` of what the interpreter already has
+    python: str | None = None  # venv runner: the interpreter venvs are made from
+    baseline_speed: float | None = None  # the pinned decode tok/s (watch)
+    cuda_index: str | None = None  # the per-CUDA index template (default: resolve's)
+    retries: int | None = None  # index retries (default: per call site)
+    backoff_s: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunContext:
     """Everything a stage may read. Immutable: stages communicate only through results."""
 
@@ -87,7 +105,7 @@ class RunContext:
     workspace: Workspace
     host_facts: dict[str, Any] = field(default_factory=dict)
     force_stages: frozenset[str] = frozenset()
-    options: dict[str, Any] = field(default_factory=dict)
+    options: RunOptions = RunOptions()
     events: EventSink = _no_events
 
 

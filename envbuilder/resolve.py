@@ -135,9 +135,9 @@ def as_of_date(ctx: RunContext, cell: Cell, mode: str | None = None) -> tuple[da
 
 
 def index_client(ctx: RunContext) -> SimpleIndex:
-    retries = int(ctx.options.get("retries", 3))
+    retries = 3 if ctx.options.retries is None else ctx.options.retries
     return SimpleIndex(ctx.matrix.resolve.indexes[0], ctx.workspace.cache / "index", retries=retries,
-                       backoff_s=float(ctx.options.get("backoff_s", 1.0)))  # fmt: skip
+                       backoff_s=ctx.options.backoff_s)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,7 +258,7 @@ class ResolveStage:
         when, _ = as_of_date(ctx, cell)
         req = build_request(ctx.matrix, cell, when)
         return {"request": req.__dict__, "cuda": cell.cuda, "drift": self.drift,
-                "cuda_index": ctx.options.get("cuda_index", PYTORCH_INDEX)}  # fmt: skip
+                "cuda_index": ctx.options.cuda_index or PYTORCH_INDEX}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         path = ctx.workspace.locks(cell.id) / "pylock.toml"
@@ -272,8 +272,8 @@ class ResolveStage:
         req = build_request(m, cell, when)
         dest = ctx.workspace.locks(cell.id) / "pylock.toml"
         idx = index_client(ctx) if m.resolve.indexes else None
-        retries = int(ctx.options.get("retries", 1))
-        backoff = float(ctx.options.get("backoff_s", 1.0))
+        retries = 1 if ctx.options.retries is None else ctx.options.retries
+        backoff = ctx.options.backoff_s
         res = compile_lock(req, dest, timeout_s=m.resolve.timeout_s, retries=retries, backoff_s=backoff)
         tried = [res]
         if res.lock is None:
@@ -281,7 +281,7 @@ class ResolveStage:
         carried = res.lock.cuda()
         notes: list[str] = []
         if cell.cuda != NONE and carried != cell.cuda:
-            cuda_index = ctx.options.get("cuda_index", PYTORCH_INDEX).format(nodot=cell.cuda.replace(".", ""))
+            cuda_index = (ctx.options.cuda_index or PYTORCH_INDEX).format(nodot=cell.cuda.replace(".", ""))
             notes.append(f"PyPI's build carries CUDA {carried}; resolved again with {cuda_index}")
             req = Request(**{**req.__dict__, "extra_indexes": (cuda_index,)})
             res = compile_lock(req, dest, timeout_s=m.resolve.timeout_s, retries=retries, backoff_s=backoff)

@@ -86,7 +86,7 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
     m = ctx.matrix
     spec = engines.engine(m.server.engine)
     host = m.server.host
-    base_url = ctx.options.get("base_url") or (m.server.base_url if m.server.command is None else None)
+    base_url = ctx.options.base_url or (m.server.base_url if m.server.command is None else None)
     env = {**os.environ, **m.server.env}
     if base_url:
         return Launch(argv=[], env=env, base_url=str(base_url), runner="external", model=m.model.path)
@@ -137,8 +137,8 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
     log_path = ctx.workspace.logs(cell.id) / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     client = EngineClient(launch.base_url, timeout_s=m.smoke.request_timeout_s)
-    limits = WatchLimits(startup_timeout_s=float(ctx.options.get("startup_timeout_s", m.server.startup_timeout_s)),
-                         stall_timeout_s=float(ctx.options.get("stall_timeout_s", m.server.stall_timeout_s)))  # fmt: skip
+    limits = WatchLimits(startup_timeout_s=ctx.options.startup_timeout_s or m.server.startup_timeout_s,
+                         stall_timeout_s=ctx.options.stall_timeout_s or m.server.stall_timeout_s)  # fmt: skip
     if launch.runner == "external":
         runner_cm: AbstractContextManager[ServerHandle] = ExternalRunner().start([], env=launch.env, base_url=launch.base_url, name=name)
     elif launch.runner == "docker":
@@ -199,14 +199,14 @@ class SmokeStage:
         facts = {k: ctx.host_facts.get(k) for k in ("gpus", "driver")}
         return {"checks": list(self.selected(ctx)), "suite": SUITE_VERSION, "build": b.inputs if b else None,
                 "model": asdict(ctx.matrix.model), "server": asdict(ctx.matrix.server),
-                "smoke": asdict(ctx.matrix.smoke), "facts": facts, "base_url": ctx.options.get("base_url")}  # fmt: skip
+                "smoke": asdict(ctx.matrix.smoke), "facts": facts, "base_url": ctx.options.base_url}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         return True
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         m = ctx.matrix
-        if needs_gpu(m, cell) and not ctx.options.get("base_url") and not ctx.host_facts.get("gpus"):
+        if needs_gpu(m, cell) and not ctx.options.base_url and not ctx.host_facts.get("gpus"):
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.NO_GPU,
                                message="no GPU on this machine: run the smoke stage on the GPU runner")  # fmt: skip
         launch = plan_launch(ctx, cell, prior)

@@ -13,7 +13,7 @@ from envbuilder import images, matrix
 from envbuilder.build import BuildStage
 from envbuilder.importcheck import ImportStage, check_flags, help_options
 from envbuilder.matrix import Cell
-from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.pipeline import RunContext, RunOptions, Workspace, run_pipeline
 from envbuilder.resolve import ResolveStage
 from envbuilder.results import CellResult, Reason, Status
 from tests.conftest import ROOT, RUNS, write
@@ -56,10 +56,9 @@ def fresh_images(base_image: str) -> Iterator[str]:
     client.close()
 
 
-def _run(tmp_path: Path, text: str, stages: list[object], force: frozenset[str] = frozenset(),
-         **options: object) -> list[CellResult]:  # fmt: skip
+def _run(tmp_path: Path, text: str, stages: list[object], force: frozenset[str] = frozenset()) -> list[CellResult]:
     m = matrix.load(write(tmp_path / "matrix.toml", text))
-    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options=dict(options), force_stages=force)
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options=RunOptions(), force_stages=force)
     return run_pipeline(ctx, m.cells(), stages)  # type: ignore[arg-type]
 
 

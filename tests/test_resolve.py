@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 
 from envbuilder import lock, matrix
-from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.pipeline import RunContext, RunOptions, Workspace, run_pipeline
 from envbuilder.resolve import ResolveStage
 from envbuilder.results import CellResult, Reason, Status
 from tests.conftest import envbuilder, write
 from tests.localindex import LocalIndex, serve
 
 
-def _run(tmp_path: Path, text: str, *, drift: bool = False, **options: object) -> list[CellResult]:
+def _run(tmp_path: Path, text: str, *, drift: bool = False, cuda_index: str | None = None) -> list[CellResult]:
     m = matrix.load(write(tmp_path / "matrix.toml", text))
-    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options={"retries": 0, "backoff_s": 0.1, **options})
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"),
+                     options=RunOptions(retries=0, backoff_s=0.1, cuda_index=cuda_index))
     return run_pipeline(ctx, m.cells(), [ResolveStage(drift=drift)])
 
 

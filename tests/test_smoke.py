@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from envbuilder import matrix
-from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.pipeline import RunContext, RunOptions, Workspace, run_pipeline
 from envbuilder.results import CellResult, Reason, Status
 from envbuilder.smoke import SmokeStage
 from tests.conftest import LLAMA_CELL, ROOT, RUNS, envbuilder, write
@@ -27,7 +27,7 @@ SPEC_ARGS = ('"--speculative-algorithm", "STANDALONE", "--speculative-draft-mode
 
 def _smoke(tmp_path: Path, text: str, checks: tuple[str, ...] | None = None, **options: Any) -> CellResult:
     m = matrix.load(write(tmp_path / "matrix.toml", text))
-    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), host_facts={}, options=options)
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), host_facts={}, options=RunOptions(**options))
     (r,) = run_pipeline(ctx, m.cells(), [SmokeStage(checks=checks)])
     return r
 

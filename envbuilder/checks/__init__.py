@@ -207,7 +207,7 @@ def check_speed(ctx: RunContext, client: EngineClient, col: Collected) -> StageR
     nums: dict[str, Any] = {"decode_tokens_per_s": None if decode_tps is None else round(decode_tps, 2),
                             "ttft_s": None if single.ttft_s is None else round(single.ttft_s, 4),
                             "tokens": toks, "concurrency": sweep}  # fmt: skip
-    baseline = ctx.options.get("baseline_speed")
+    baseline = ctx.options.baseline_speed
     if baseline and decode_tps:
         nums["baseline_decode_tokens_per_s"] = baseline
         floor = float(baseline) * (1 - m.smoke.perf_tolerance)

@@ -11,7 +11,7 @@ from typing import Any
 from envbuilder import doctor, errors
 from envbuilder import matrix as matrix_mod
 from envbuilder.cli.ui import Ui, exit_code, progress, results_table
-from envbuilder.pipeline import RunContext, Stage, Workspace, run_pipeline
+from envbuilder.pipeline import RunContext, RunOptions, Stage, Workspace, run_pipeline
 from envbuilder.results import CellResult
 
 Handler = Callable[[argparse.Namespace, Ui], int]
@@ -31,7 +31,7 @@ def add_cells(p: argparse.ArgumentParser) -> None:
                    help="cell filters: a glob on the cell id or axis=value[,axis=value]")  # fmt: skip
 
 
-def run_stages(args: argparse.Namespace, ui: Ui, stages: Sequence[Stage], **options: Any) -> int:
+def run_stages(args: argparse.Namespace, ui: Ui, stages: Sequence[Stage], options: RunOptions | None = None) -> int:
     """Shared by every command that runs stages: select cells, run, print, exit 0/1."""
     m = matrix_mod.load(args.matrix)
     cells = matrix_mod.select(m.cells(), args.cells)
@@ -40,7 +40,7 @@ def run_stages(args: argparse.Namespace, ui: Ui, stages: Sequence[Stage], **opti
     if getattr(args, "force", False):
         force |= {s.name for s in stages}
     ctx = RunContext(matrix=m, workspace=Workspace(args.workdir), host_facts=host_facts,
-                     force_stages=frozenset(force), options=options, events=progress(ui))  # fmt: skip
+                     force_stages=frozenset(force), options=options or RunOptions(), events=progress(ui))  # fmt: skip
     try:
         results = run_pipeline(ctx, cells, stages)
     finally:
@@ -63,15 +63,13 @@ def read_host_facts(args: argparse.Namespace) -> dict[str, Any]:
     return doctor.collect()
 
 
-def stage_options(args: argparse.Namespace) -> dict[str, Any]:
+def stage_options(args: argparse.Namespace) -> RunOptions:
     """Per-run options the stages read from ``RunContext.options``."""
-    opts: dict[str, Any] = {}
-    for name in ("base_image", "base_url", "startup_timeout_s", "stall_timeout_s", "no_cache", "find_links",
-                 "provided", "python"):
-        value = getattr(args, name, None)
-        if value is not None:
-            opts[name] = value
-    return opts
+    return RunOptions(base_image=getattr(args, "base_image", None), base_url=getattr(args, "base_url", None),
+                      startup_timeout_s=getattr(args, "startup_timeout_s", None),
+                      stall_timeout_s=getattr(args, "stall_timeout_s", None), no_cache=bool(getattr(args, "no_cache", None)),
+                      find_links=tuple(getattr(args, "find_links", None) or ()), provided=getattr(args, "provided", None),
+                      python=getattr(args, "python", None))  # fmt: skip
 
 
 def add_run_options(p: argparse.ArgumentParser, *, smoke: bool = True) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from rich.markup import escape
@@ -82,7 +83,7 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
             ui.out.print("\n".join(f"candidate: {r['cell']} (uploaded {r['uploaded']})" for r in rows) or "no newer release")
         return errors.EXIT_OK
     baseline = (prov.get("baseline") or {}).get("decode_tokens_per_s")
-    ctx = RunContext(matrix=m, workspace=ws, host_facts=read_host_facts(args), options={**stage_options(args), "baseline_speed": baseline})
+    ctx = RunContext(matrix=m, workspace=ws, host_facts=read_host_facts(args), options=replace(stage_options(args), baseline_speed=baseline))
     results = run_pipeline(ctx, [c for c, _ in cands], all_stages(args))
     pinned_versions = lock.read(pin.production_dir(ws) / "pylock.toml").versions()
     out: list[dict[str, Any]] = []

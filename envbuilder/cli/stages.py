@@ -104,7 +104,7 @@ def _configure_build(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_build(args: argparse.Namespace, ui: Ui) -> int:
-    return run_stages(args, ui, [ResolveStage(), BuildStage(runner=args.runner), ImportStage()], **stage_options(args))
+    return run_stages(args, ui, [ResolveStage(), BuildStage(runner=args.runner), ImportStage()], stage_options(args))
 
 
 def _configure_smoke(p: argparse.ArgumentParser) -> None:
@@ -125,7 +125,7 @@ def cmd_smoke(args: argparse.Namespace, ui: Ui) -> int:
                   SmokeStage(checks=checks, echo=echo)]  # fmt: skip
 
     gc(Workspace(args.workdir).root / "run")  # servers a killed run left behind
-    return run_stages(args, ui, stages, **stage_options(args))
+    return run_stages(args, ui, stages, stage_options(args))
 
 
 def _configure_run(p: argparse.ArgumentParser) -> None:
@@ -134,7 +134,7 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace, ui: Ui) -> int:
-    return run_stages(args, ui, all_stages(args), **stage_options(args))
+    return run_stages(args, ui, all_stages(args), stage_options(args))
 
 
 def _configure_gc(p: argparse.ArgumentParser) -> None:
