@@ -73,6 +73,7 @@ def test_terminal_matrix_fits_120_columns_ids_on_demand() -> None:
         assert text.count("✘") == 24 and "…" not in text  # every square shown, nothing cut
     out = envbuilder("--workdir", str(H200 / "random"), "--matrix", "none.toml", "report", "--ids")
     assert out.code == 1 and "✘ degenerate (smoke) [1]" in out.out and f"[1] {CELL}" in out.out
+    assert "    smoke: 10/10 outputs degenerate (loop" in out.out and out.out.count("…") == 1  # the why, on one line
     assert max(len(line) for line in out.out.splitlines()) <= 120
     bad = envbuilder("--workdir", str(H200 / "random"), "--matrix", "none.toml", "report", "--rows", "gpu")
     assert bad.code == 2 and "--rows: no axis 'gpu'" in bad.err and "Traceback" not in bad.err

@@ -32,9 +32,8 @@ def square(entries: Sequence[Entry], refs: dict[str, int] | None) -> Text:
     return t
 
 
-def matrix_table(grid: Grid, *, refs: dict[str, int] | None = None, title: str = "envbuilder matrix") -> Table:
-    t = Table(title=f"{title}: {' · '.join(grid.rows)} ↓, {' · '.join(grid.cols)} →", title_justify="left",
-              show_lines=True, expand=False)  # fmt: skip
+def matrix_table(grid: Grid, *, refs: dict[str, int] | None = None) -> Table:
+    t = Table(show_lines=True, expand=False)
     t.add_column(" · ".join(grid.rows), style="bold", max_width=28, overflow="fold")
     for col in grid.col_values:
         t.add_column(" · ".join(col), overflow="fold", max_width=34)
@@ -58,7 +57,14 @@ def render(results: Sequence[CellResult], grid: Grid, *, ids: bool = False) -> R
         return Text("no results yet: run `envbuilder run` first")
     refs = {e.result.id: 0 for row in grid.row_values for col in grid.col_values for e in grid.at(row, col)}
     refs = {cid: i for i, cid in enumerate(refs, 1)}
-    parts: list[RenderableType] = [matrix_table(grid, refs=refs if ids else None), summary_line(results)]
+    title = Text(f"envbuilder matrix: {' · '.join(grid.rows)} ↓, {' · '.join(grid.cols)} →", style="bold")
+    parts: list[RenderableType] = [title, matrix_table(grid, refs=refs if ids else None), summary_line(results)]
     if ids:
-        parts += [Text(f"[{i}] {cid}", overflow="fold") for cid, i in refs.items()]
+        by_id = {e.result.id: e for row in grid.row_values for col in grid.col_values for e in grid.at(row, col)}
+        for cid, i in refs.items():
+            parts.append(Text(f"[{i}] {cid}", overflow="fold"))
+            e = by_id[cid]
+            if e.status.value != "pass" and e.message:
+                why = " ".join(e.message.split())
+                parts.append(Text(f"    {e.stage}: {why}", style="dim", no_wrap=True, overflow="ellipsis"))
     return Group(*parts)
