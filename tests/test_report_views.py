@@ -352,3 +352,13 @@ def test_no_results_yet() -> None:
     con = Console(width=120, record=True, color_system=None)
     con.print(terminal.render([], grid.build([])))
     assert "no results yet" in con.export_text()
+
+
+def test_a_stage_not_asked_for_decides_nothing() -> None:
+    r = CellResult(id="c", axes={"sglang": "0.5.11"}, stages=(
+        StageResult(name="build", status=Status.SKIP, reason=Reason.NOT_APPLICABLE, message="custom command"),
+        StageResult(name="smoke", status=Status.SKIP, reason=Reason.NO_GPU, message="no GPU on this machine"),
+    ))  # fmt: skip
+    assert r.verdict is Status.SKIP
+    e = grid.entry(r, ())
+    assert (e.stage, e.short) == ("smoke", "no-gpu")

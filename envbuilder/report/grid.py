@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from envbuilder.errors import InputError
-from envbuilder.results import CellResult, StageResult, Status
+from envbuilder.results import CellResult, Reason, StageResult, Status
 
 DEFAULT_ROWS = ("sglang",)
 DEFAULT_COLS = ("cuda", "driver")
@@ -57,10 +57,10 @@ class Grid:
 
 
 def deciding_stage(r: CellResult) -> StageResult | None:
-    """The first stage (pipeline order) whose status is the cell's verdict, preferring a failed check's own
-    entry to the summary ``smoke`` entry only when the summary says nothing more specific."""
+    """The first stage (pipeline order) whose status is the cell's verdict; a stage that was not asked for
+    (``not-applicable``) decides nothing."""
     worst = [s for s in r.stages if s.status is r.verdict]
-    return worst[0] if worst else None
+    return next((s for s in worst if s.reason is not Reason.NOT_APPLICABLE), worst[0] if worst else None)
 
 
 def entry(r: CellResult, extra_axes: Sequence[str]) -> Entry:
