@@ -79,3 +79,55 @@ def from_v1_details(stage: str, details: Mapping[str, Any]) -> Artifact | None:
         kind = "image" if details["runner"] == "docker" else "venv"
         return BuiltEnvironment.from_json({**details, "kind": kind})
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    """One GPU of the runner, as ``envbuilder doctor`` found it."""
+
+    index: int | None = None
+    name: str | None = None
+    memory_mib: int | None = None
+    compute_capability: str | None = None  # "8.6"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverFacts:
+    kernel_module: str | None = None  # the loaded kernel module's version
+    userspace: str | None = None  # libcuda / NVML's version
+    cuda_supported: str | None = None  # the newest CUDA the driver supports
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostFacts:
+    """The runner's facts the stages decide on (``envbuilder doctor`` or ``--host-facts FILE``); ``document`` is
+    the whole doctor document, stored with each result (``env.host``)."""
+
+    gpus: tuple[Gpu, ...] = ()
+    driver: DriverFacts = DriverFacts()
+    glibc: str | None = None
+    document: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def known(self) -> bool:
+        """Whether any facts were collected or given (an empty document: none)."""
+        return bool(self.document)
+
+    def key(self) -> dict[str, Any]:
+        """What the stages' cache keys cover of the facts (not the timestamp or the hostname)."""
+        return {"gpus": [vars(g) for g in self.gpus], "driver": vars(self.driver), "glibc": self.glibc}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> HostFacts:
+        def opt(v: Any) -> str | None:
+            return None if v is None else str(v)
+
+        gpus = tuple(Gpu(index=g.get("index"), name=opt(g.get("name")),
+                         memory_mib=None if g.get("memory_mib") is None else int(g["memory_mib"]),
+                         compute_capability=opt(g.get("compute_capability")))
+                     for g in d.get("gpus") or [] if isinstance(g, Mapping))  # fmt: skip
+        drv = d.get("driver") or {}
+        return cls(gpus=gpus, driver=DriverFacts(kernel_module=opt(drv.get("kernel_module")),
+                                                 userspace=opt(drv.get("userspace")),
+                                                 cuda_supported=opt(drv.get("cuda_supported"))),
+                   glibc=opt(d.get("glibc")), document=dict(d))  # fmt: skip

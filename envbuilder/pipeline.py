@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from envbuilder import __version__
+from envbuilder.artifacts import HostFacts
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell, Matrix
 from envbuilder.results import CellResult, Reason, ResultStore, StageResult, Status
@@ -103,7 +104,7 @@ class RunContext:
 
     matrix: Matrix
     workspace: Workspace
-    host_facts: dict[str, Any] = field(default_factory=dict)
+    host_facts: HostFacts = field(default_factory=HostFacts)
     force_stages: frozenset[str] = frozenset()
     options: RunOptions = RunOptions()
     events: EventSink = _no_events
@@ -240,8 +241,8 @@ def _environment(ctx: RunContext, prior: CellResult) -> dict[str, Any]:
     env = dict(prior.env)
     env["envbuilder"] = __version__
     env["matrix"] = str(ctx.matrix.path)
-    if ctx.host_facts:
-        env["host"] = ctx.host_facts
+    if ctx.host_facts.known:
+        env["host"] = dict(ctx.host_facts.document)
     return env
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from packaging.version import Version
 
 from envbuilder import lock, model
+from envbuilder.artifacts import HostFacts
 from envbuilder.matrix import HOST, NONE, Cell, Matrix
 from envbuilder.pipeline import RunContext
 from envbuilder.results import CellResult, Reason, StageResult, Status
@@ -48,9 +49,8 @@ def _v(s: str) -> Version:
 # --------------------------------------------------------------------------------------------
 
 
-def check_driver_mismatch(cell: Cell, facts: dict[str, Any]) -> list[Finding]:
-    drv = facts.get("driver", {})
-    module = drv.get("kernel_module")
+def check_driver_mismatch(cell: Cell, facts: HostFacts) -> list[Finding]:
+    module = facts.driver.kernel_module
     if cell.driver != HOST:
         if not module:
             return [Finding(rule="driver-match", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
@@ -62,7 +62,7 @@ def check_driver_mismatch(cell: Cell, facts: dict[str, Any]) -> list[Finding]:
                             source="NVIDIA: userspace libraries must equal the loaded kernel module")]  # fmt: skip
         return [Finding(rule="driver-match", status=Status.PASS, reason=Reason.OK,
                         message=f"baked userspace {cell.driver} = kernel module")]  # fmt: skip
-    user = drv.get("userspace")
+    user = facts.driver.userspace
     if module and user and module != user:
         return [Finding(rule="driver-match", status=Status.FAIL, reason=Reason.DRIVER_MISMATCH,
                         message=f"Driver/library version mismatch on the runner: kernel module {module}, userspace "
@@ -74,16 +74,14 @@ def check_driver_mismatch(cell: Cell, facts: dict[str, Any]) -> list[Finding]:
                     message=f"runner kernel module {module} = userspace {user or 'unknown'}")]  # fmt: skip
 
 
-def effective_driver(cell: Cell, facts: dict[str, Any]) -> str | None:
+def effective_driver(cell: Cell, facts: HostFacts) -> str | None:
     """The userspace driver the cell's CUDA calls into."""
     if cell.driver != HOST:
         return cell.driver
-    drv = facts.get("driver", {})
-    value = drv.get("userspace") or drv.get("kernel_module")
-    return str(value) if value else None
+    return facts.driver.userspace or facts.driver.kernel_module
 
 
-def check_cuda_driver(cell: Cell, facts: dict[str, Any], cuda: str | None = None) -> list[Finding]:
+def check_cuda_driver(cell: Cell, facts: HostFacts, cuda: str | None = None) -> list[Finding]:
     cuda = cuda or cell.cuda
     if cuda == NONE:
         return []
@@ -126,9 +124,8 @@ def _launch_args(m: Matrix) -> list[str]:
     return out
 
 
-def check_arch(cell: Cell, m: Matrix, facts: dict[str, Any], lock_versions: dict[str, str]) -> list[Finding]:
-    gpus = facts.get("gpus") or []
-    ccs = sorted({g["compute_capability"] for g in gpus if g.get("compute_capability")})
+def check_arch(cell: Cell, m: Matrix, facts: HostFacts, lock_versions: dict[str, str]) -> list[Finding]:
+    ccs = sorted({g.compute_capability for g in facts.gpus if g.compute_capability})
     if not ccs or cell.cuda == NONE:
         return [] if cell.cuda == NONE else [Finding(rule="arch", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
                                                      message="GPU compute capability unknown")]  # fmt: skip
@@ -164,13 +161,13 @@ def check_glibc(cell: Cell, lk: lock.Lock | None) -> list[Finding]:
     return []
 
 
-def check_vram(m: Matrix, facts: dict[str, Any], matrix_dir: Any) -> list[Finding]:
-    gpus = facts.get("gpus") or []
+def check_vram(m: Matrix, facts: HostFacts, matrix_dir: Any) -> list[Finding]:
+    gpus = facts.gpus
     fp = model.footprint(m.model, matrix_dir)
     if fp is None:
         return [Finding(rule="vram", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
                         message="model size unknown: give [model] parameters or a local config.json")]  # fmt: skip
-    if not gpus or not all(g.get("memory_mib") for g in gpus):
+    if not gpus or not all(g.memory_mib for g in gpus):
         return [Finding(rule="vram", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
                         message=f"GPU memory unknown (model needs {fp.weight_bytes / 1e9:.1f} GB of weights)")]  # fmt: skip
     tp = m.model.tp
@@ -180,7 +177,7 @@ def check_vram(m: Matrix, facts: dict[str, Any], matrix_dir: Any) -> list[Findin
     ctx_len = m.model.context_length
     kv = fp.kv_bytes_per_token * ctx_len + fp.state_bytes_per_sequence
     per_gpu_need = (fp.weight_bytes + kv) / tp + OVERHEAD_GIB * model.GIB
-    smallest = min(float(g["memory_mib"]) for g in gpus[:tp]) * 1024 * 1024
+    smallest = min(float(g.memory_mib or 0) for g in gpus[:tp]) * 1024 * 1024
     usable = smallest * USABLE_FRACTION
     numbers = (f"weights {fp.weight_bytes / 1e9:.1f} GB + KV {kv / 1e9:.1f} GB for {ctx_len} tokens, / tp={tp} "
                f"+ {OVERHEAD_GIB} GiB overhead = {per_gpu_need / model.GIB:.1f} GiB per GPU; "
@@ -191,7 +188,7 @@ def check_vram(m: Matrix, facts: dict[str, Any], matrix_dir: Any) -> list[Findin
     return [Finding(rule="vram", status=Status.PASS, reason=Reason.OK, message=f"fits: {numbers}", source=fp.source)]
 
 
-def evaluate(cell: Cell, m: Matrix, facts: dict[str, Any], lock_path: Any = None) -> list[Finding]:
+def evaluate(cell: Cell, m: Matrix, facts: HostFacts, lock_path: Any = None) -> list[Finding]:
     """Every rule's findings for one cell."""
     lk = lock.read(lock_path) if lock_path is not None and lock_path.exists() else None
     versions = lk.versions() if lk else {}
@@ -213,7 +210,7 @@ class PrecheckStage:
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         resolved = prior.lock()
-        facts = {k: ctx.host_facts.get(k) for k in ("gpus", "driver", "glibc")}
+        facts = ctx.host_facts.key()
         return {"facts": facts, "lock": resolved.sha256 if resolved else None,
                 "rules": [rules("cuda_driver")["version"], rules("arch")["version"]], "model": asdict(ctx.matrix.model),
                 "args": list(ctx.matrix.server.args)}  # fmt: skip
@@ -224,7 +221,7 @@ class PrecheckStage:
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         findings = evaluate(cell, ctx.matrix, ctx.host_facts, ctx.workspace.locks(cell.id) / "pylock.toml")
         details = {"findings": [{**asdict(f), "status": f.status.value, "reason": f.reason.value} for f in findings]}
-        if not ctx.host_facts:
+        if not ctx.host_facts.known:
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
                                message="no runner facts: run on the GPU runner, or pass --host-facts FILE "
                                        "from `envbuilder doctor --json`", details=details)  # fmt: skip

@@ -196,7 +196,7 @@ class SmokeStage:
 
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         b = prior.stage("build")
-        facts = {k: ctx.host_facts.get(k) for k in ("gpus", "driver")}
+        facts = {k: v for k, v in ctx.host_facts.key().items() if k in ("gpus", "driver")}
         return {"checks": list(self.selected(ctx)), "suite": SUITE_VERSION, "build": b.inputs if b else None,
                 "model": asdict(ctx.matrix.model), "server": asdict(ctx.matrix.server),
                 "smoke": asdict(ctx.matrix.smoke), "facts": facts, "base_url": ctx.options.base_url}  # fmt: skip
@@ -206,7 +206,7 @@ class SmokeStage:
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         m = ctx.matrix
-        if needs_gpu(m, cell) and not ctx.options.base_url and not ctx.host_facts.get("gpus"):
+        if needs_gpu(m, cell) and not ctx.options.base_url and not ctx.host_facts.gpus:
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.NO_GPU,
                                message="no GPU on this machine: run the smoke stage on the GPU runner")  # fmt: skip
         launch = plan_launch(ctx, cell, prior)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder import matrix
+from envbuilder.artifacts import HostFacts
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext, Stage, Workspace, run_pipeline
@@ -174,7 +175,7 @@ def _keys(tmp_path: Path, text: str) -> dict[str, str]:
         StageResult(name="resolve", status=Status.PASS, inputs="r1", details={"lock_sha256": "a" * 64}),
         StageResult(name="build", status=Status.PASS, inputs="b1", details={"image_id": "sha256:1"}),
     ))
-    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), host_facts={"gpus": []})
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), host_facts=HostFacts())
     stages: list[Stage] = [ResolveStage(), PrecheckStage(), BuildStage(), ImportStage(), SmokeStage()]
     return {s.name: inputs_hash(s, ctx, cell, prior) for s in stages}
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from envbuilder import matrix, model, precheck
+from envbuilder.artifacts import HostFacts
 from envbuilder.matrix import Cell
 from envbuilder.results import Reason, Status
 from tests.conftest import FIXTURES, envbuilder, write
@@ -20,9 +21,9 @@ def cell(cuda: str = "12.8", driver: str = "host") -> Cell:
     return Cell(packages=(("sglang", "0.5.11"),), cuda=cuda, driver=driver, os="ubuntu24.04", python="3.12")
 
 
-def facts(module: str | None = "580.126.09", user: str | None = None, gpus: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def facts(module: str | None = "580.126.09", user: str | None = None, gpus: list[dict[str, Any]] | None = None) -> HostFacts:
     drv = {k: v for k, v in (("kernel_module", module), ("userspace", user or module)) if v}
-    return {"driver": drv, "gpus": gpus if gpus is not None else [A6000, A6000]}
+    return HostFacts.from_json({"driver": drv, "gpus": gpus if gpus is not None else [A6000, A6000]})
 
 
 # --- every toolkit row, at and around its boundary ------------------------------------------
@@ -84,7 +85,7 @@ def test_host_driver_upgraded_without_reboot() -> None:
 
 
 def test_unknown_driver_is_skip_not_pass() -> None:
-    (f,) = precheck.check_cuda_driver(cell(), {"driver": {}, "gpus": []})
+    (f,) = precheck.check_cuda_driver(cell(), HostFacts.from_json({"driver": {}, "gpus": []}))
     assert f.status is Status.SKIP and f.reason is Reason.UNKNOWN_FACTS
 
 
@@ -101,7 +102,7 @@ def test_fa3_is_a_note_on_sm86_unless_selected(tmp_path: Path) -> None:
     m2 = _matrix(tmp_path, '[server]\nargs = ["--attention-backend", "fa3"]\n')
     fails = precheck.check_arch(cell("13.0"), m2, facts(), {"sgl-kernel": "0.3.21", "torch": "2.11.0"})
     assert fails[0].status is Status.FAIL and fails[0].reason is Reason.ARCH_UNSUPPORTED and "8.6" in fails[0].message
-    h200 = json.loads((FIXTURES / "h200-doctor.json").read_text())
+    h200 = HostFacts.from_json(json.loads((FIXTURES / "h200-doctor.json").read_text()))
     assert precheck.check_arch(cell("13.0"), m2, h200, {"sgl-kernel": "0.3.21", "torch": "2.11.0"}) == []
 
 

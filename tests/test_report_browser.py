@@ -71,7 +71,7 @@ command = ["{sys.executable}", "{REPLAY}", "--port", "{{port}}", "--compress", "
 startup_timeout_s = 60
 """
     m = matrix.load(write(tmp_path / "matrix.toml", text))
-    (r,) = run_pipeline(RunContext(matrix=m, workspace=Workspace(wd), host_facts={}), m.cells(), [SmokeStage()])
+    (r,) = run_pipeline(RunContext(matrix=m, workspace=Workspace(wd)), m.cells(), [SmokeStage()])
     assert r.verdict is Status.FAIL and r.stage("smoke").reason.value == "oom"  # type: ignore[union-attr]
     store = ResultStore(wd / "results")
     rnd = ResultStore(H200_RANDOM / "results").load(RANDOM_CELL)

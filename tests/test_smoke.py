@@ -27,7 +27,7 @@ SPEC_ARGS = ('"--speculative-algorithm", "STANDALONE", "--speculative-draft-mode
 
 def _smoke(tmp_path: Path, text: str, checks: tuple[str, ...] | None = None, **options: Any) -> CellResult:
     m = matrix.load(write(tmp_path / "matrix.toml", text))
-    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), host_facts={}, options=RunOptions(**options))
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"), options=RunOptions(**options))
     (r,) = run_pipeline(ctx, m.cells(), [SmokeStage(checks=checks)])
     return r
 

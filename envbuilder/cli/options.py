@@ -10,6 +10,7 @@ from typing import Any
 
 from envbuilder import doctor, errors
 from envbuilder import matrix as matrix_mod
+from envbuilder.artifacts import HostFacts
 from envbuilder.cli.ui import Ui, exit_code, progress, results_table
 from envbuilder.pipeline import RunContext, RunOptions, Stage, Workspace, run_pipeline
 from envbuilder.results import CellResult
@@ -53,14 +54,14 @@ def run_stages(args: argparse.Namespace, ui: Ui, stages: Sequence[Stage], option
     return exit_code(results, names)
 
 
-def read_host_facts(args: argparse.Namespace) -> dict[str, Any]:
+def read_host_facts(args: argparse.Namespace) -> HostFacts:
     """``--host-facts FILE`` when given, else this machine's own facts (probed live, never raising)."""
     path: Path | None = getattr(args, "host_facts", None)
     if path is not None:
-        return doctor.load_facts(path)
+        return HostFacts.from_json(doctor.load_facts(path))
     if not hasattr(args, "host_facts"):
-        return {}
-    return doctor.collect()
+        return HostFacts()
+    return HostFacts.from_json(doctor.collect())
 
 
 def stage_options(args: argparse.Namespace) -> RunOptions:
