@@ -4,6 +4,9 @@ here and reported as ratios within the same run, never asserted in tests.
   resolve     one cell cold, nine cells cold in parallel, nine cells warm (goals: 9 cold <= 2x 1 cold; 9 warm <= 3 s)
   build       first and second Docker image of two cells sharing a base (goal: second <= 1/5 of first);
               a venv import smoke from a warm uv cache
+  images      real SGLang images that share torch's stack: 0.5.11 then 0.5.12 (Python 3.11, Debian 12 base), from
+              scratch: the second image's build time and new bytes as shares of the first's (goal: both <= 1/5).
+              Needs Docker and ~25 GB of disk; removes both images at the end (ENVBUILDER_BENCH_KEEP=1 keeps them)
   monitor     reaction time from a recorded SGLang exit / ready line to the monitor's decision (goal <= 0.5 s)
   rerun       an unchanged re-run of a resolved matrix: seconds and engine starts (goal <= 5 s, 0 starts)
   overhead    the CPU end-to-end run of one llama.cpp cell (venv, SmolLM2): wall time not spent inside a stage,
@@ -14,6 +17,7 @@ here and reported as ratios within the same run, never asserted in tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -111,6 +115,87 @@ def bench_build() -> dict[str, float]:
         assert pv.returncode == 0, pv.stderr[-1500:]
     out.update({"first_image_s": first, "second_image_s": second, "ratio_second_to_first": second / first,
                 "venv_build_and_import_smoke_warm_s": venv_warm})  # fmt: skip
+    return out
+
+
+SGLANG_PAIR = """
+[matrix]
+sglang = ["0.5.11", "0.5.12"]
+cuda = ["13.0"]
+os = ["debian12"]
+python = ["3.11"]
+[model]
+path = "Qwen/Qwen3-0.6B"
+[server]
+engine = "sglang"
+args = []
+[resolve]
+as_of = "release"
+[build]
+runner = "docker"
+base_image = "envbuilder-test/debian12-python:1"
+"""
+
+
+def _history(client: object, tag: str) -> dict[str, int]:
+    """Layer key -> bytes of an image's history (locally built layers carry their intermediate image's id)."""
+    out = {}
+    for h in client.images.get(tag).history():  # type: ignore[attr-defined]
+        key = h["Id"] if h["Id"] != "<missing>" else f"{h['Created']}:{h['CreatedBy']}:{h['Size']}"
+        out[key] = int(h["Size"])
+    return out
+
+
+def bench_images() -> dict[str, float]:
+    import docker
+
+    sys.path.insert(0, str(ROOT))
+    from envbuilder import images, matrix
+
+    subprocess.run([str(ROOT / "tests/scripts/base-image.sh")], check=True)
+    base = "envbuilder-test/debian12-python:1"
+    client = docker.from_env(timeout=600)
+    with tempfile.TemporaryDirectory() as d:
+        m_path = Path(d) / "m.toml"
+        m_path.write_text(SGLANG_PAIR)
+        _, p = envbuilder("--matrix", str(m_path), "--workdir", d, "resolve")
+        assert p.returncode == 0, p.stderr[-1500:]
+        cells = {c.axes["sglang"]: c for c in matrix.load(m_path).cells()}
+        tags, ours = {}, []
+        for v, c in cells.items():
+            r = images.render_layers(c, Path(d) / "locks" / c.id / "pylock.toml", Path(d) / "probe" / c.id, base=base)
+            tags[v] = r.tag
+            ours += [r.tag, r.stack_tag]
+
+        def remove() -> None:  # a tag's untagged parent layers go with it
+            for t in ours:
+                with contextlib.suppress(docker.errors.ImageNotFound):
+                    client.images.remove(t, force=True)
+
+        remove()  # from scratch: neither cell image nor their stack image exists
+        runs = {}
+        for v, extra in (("0.5.11", ["--no-cache"]), ("0.5.12", [])):
+            _, p = envbuilder("--matrix", str(m_path), "--workdir", d, "build", f"sglang={v}", "--force-stage", "build",
+                              *extra, "--json")  # fmt: skip
+            (res,) = json.loads(p.stdout)
+            b = next(s for s in res["stages"] if s["name"] == "build")
+            assert b["status"] == "pass", b
+            runs[v] = b
+        base_layers = _history(client, base)
+        first = _history(client, tags["0.5.11"])
+        second = _history(client, tags["0.5.12"])
+        first_new = sum(n for k, n in first.items() if k not in base_layers)
+        second_new = sum(n for k, n in second.items() if k not in first and k not in base_layers)
+        out = {"first_image_build_s": runs["0.5.11"]["duration_s"], "second_image_build_s": runs["0.5.12"]["duration_s"],
+               "ratio_second_to_first_time": runs["0.5.12"]["duration_s"] / runs["0.5.11"]["duration_s"],
+               "first_image_new_gb": first_new / 1e9, "second_image_new_gb": second_new / 1e9,
+               "ratio_second_to_first_new_bytes": second_new / first_new,
+               "first_image_size_gb": runs["0.5.11"]["details"]["size_bytes"] / 1e9,
+               "second_image_size_gb": runs["0.5.12"]["details"]["size_bytes"] / 1e9,
+               "shared_stack_reused": float(runs["0.5.12"]["details"]["layers"]["stack"]["built"] is False)}  # fmt: skip
+        if not os.environ.get("ENVBUILDER_BENCH_KEEP"):
+            remove()
+    client.close()
     return out
 
 
@@ -212,7 +297,7 @@ def bench_degeneracy() -> dict[str, float]:
 
 
 BENCHES: dict[str, Callable[[], dict[str, float]]] = {
-    "resolve": bench_resolve, "build": bench_build, "monitor": bench_monitor, "rerun": bench_rerun,
+    "resolve": bench_resolve, "build": bench_build, "images": bench_images, "monitor": bench_monitor, "rerun": bench_rerun,
     "overhead": bench_overhead, "degeneracy": bench_degeneracy,
 }  # fmt: skip
 

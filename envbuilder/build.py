@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from envbuilder import lock
+from envbuilder import dockerapi, lock
 from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.errors import StageFailure
 from envbuilder.images import build_image_stage, image_exists
 from envbuilder.matrix import Cell
-from envbuilder.pipeline import RunContext
+from envbuilder.pipeline import RunContext, progress_sink
 from envbuilder.results import CellResult, Reason, StageResult, Status
 from envbuilder.runners import run_group
 from envbuilder.uvbin import uv_bin
@@ -178,6 +178,29 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class Runner:
+    """The runner a cell builds with here; ``why`` says why it is not the one the matrix asked for."""
+
+    name: str  # "docker" | "venv" | "none" (neither works here)
+    why: str = ""
+
+
+_DOCKER_HERE: dict[str, bool] = {}
+
+
+def docker_here() -> bool:
+    """Whether a Docker engine answers here (asked once per engine address and process)."""
+    where = dockerapi.engine_address()
+    if where not in _DOCKER_HERE:
+        _DOCKER_HERE[where] = dockerapi.available()
+    return _DOCKER_HERE[where]
+
+
+def engine_address() -> str:
+    return dockerapi.engine_address()
+
+
 def provided_from(ctx: RunContext) -> Provided | None:
     """``--provided FREEZE`` of this run, read."""
     path = ctx.options.provided
@@ -199,11 +222,29 @@ class BuildStage:
     def _runner(self, ctx: RunContext, cell: Cell) -> str:
         return self.runner or ctx.matrix.build.runner_for(cell)
 
+    def _effective(self, ctx: RunContext, cell: Cell) -> Runner:
+        """The runner this cell builds with here: the asked one, or the venv runner when the matrix asks for
+        Docker, no engine answers and the cell's Python exists here (``--runner docker`` never falls back)."""
+        asked = self._runner(ctx, cell)
+        if asked != "docker" or self.runner == "docker":
+            return Runner(name=asked)
+        if docker_here():
+            return Runner(name="docker")
+        python = ctx.options.python or cell.python
+        try:
+            find_python(python)
+        except StageFailure:
+            return Runner(name="none", why=f"no Docker engine answers at {engine_address()} and there is no "
+                          f"Python {python} here for a venv: install Docker and start it, or build venvs with "
+                          f"`--runner venv --python PATH` (a Python {cell.python})")  # fmt: skip
+        return Runner(name="venv", why=f"no Docker engine answers at {engine_address()}: built a venv with "
+                      f"Python {python} instead (install and start Docker for images)")  # fmt: skip
+
     def inputs(self, ctx: RunContext, cell: Cell, prior: CellResult) -> dict[str, Any]:
         resolved = prior.lock()
         provided = provided_from(ctx)
         return {"custom_command": ctx.matrix.server.command is not None,
-                "runner": self._runner(ctx, cell), "env": ctx.matrix.build.env, "lock": resolved.sha256 if resolved else None,
+                "runner": self._effective(ctx, cell).name, "env": ctx.matrix.build.env, "lock": resolved.sha256 if resolved else None,
                 "python": ctx.options.python or cell.python, "find_links": list(ctx.options.find_links) or None,
                 "provided": provided.versions if provided else None,
                 "base_image": ctx.options.base_image or ctx.matrix.build.base_image}  # fmt: skip
@@ -225,7 +266,10 @@ class BuildStage:
         lock_path = ctx.workspace.locks(cell.id) / "pylock.toml"
         if not lock_path.exists():
             raise StageFailure(Status.ERROR, Reason.PREREQUISITE_FAILED, f"no lock at {lock_path}: run resolve first")
-        runner = self._runner(ctx, cell)
+        chosen = self._effective(ctx, cell)
+        runner = chosen.name
+        if runner == "none":
+            raise StageFailure(Status.SKIP, Reason.DOCKER_UNAVAILABLE, chosen.why)
         if runner == "venv":
             resolved = prior.lock()
             if ctx.options.find_links:
@@ -242,9 +286,10 @@ class BuildStage:
                 pv = details["provided"]
                 extra = f" ({pv['count']} provided by {ctx.options.python or cell.python}"
                 extra += f"; {len(pv['notes'])} at another version than the lock's)" if pv["notes"] else ")"
+            fallback = f"; {chosen.why}" if chosen.why else ""
             return StageResult(name=self.name, status=Status.PASS,
-                               message=f"venv with {n} packages at {details['venv']}{extra}",
-                               details={**details, "runner": "venv"},
+                               message=f"venv with {n} packages at {details['venv']}{extra}{fallback}",
+                               details={**details, "runner": "venv", **({"fallback": chosen.why} if chosen.why else {})},
                                artifact=BuiltEnvironment(kind="venv", python=str(details["python"]),
                                                          venv=str(details["venv"])))  # fmt: skip
-        return build_image_stage(ctx, cell, lock_path)
+        return build_image_stage(ctx, cell, lock_path, progress=progress_sink(ctx, cell.id, self.name))

@@ -12,11 +12,11 @@ from __future__ import annotations
 import difflib
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envbuilder import engines, launchcheck, model
+from envbuilder import dockerapi, engines, launchcheck, model
 from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.build import clean_env
 from envbuilder.errors import StageFailure
@@ -89,28 +89,32 @@ def check_flags(args: Sequence[str], options: set[str]) -> tuple[list[str], list
     return problems, notes
 
 
-def run_in_env(env: BuiltEnvironment, argv: list[str], timeout_s: float) -> tuple[int, str]:
-    """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU)."""
+def run_in_env(env: BuiltEnvironment, argv: list[str], timeout_s: float, *, mounts: Sequence[Path] = (),
+               extra_env: Mapping[str, str] | None = None) -> tuple[int, str]:  # fmt: skip
+    """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU). ``mounts``: host folders the
+    command reads, visible read-only at the same path inside a container; ``extra_env``: more variables."""
     if env.kind == "venv":
         cmd = [env.python, *argv]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
-                               env=clean_env(Path(env.venv or Path(env.python).parent.parent)))  # fmt: skip
+                               env={**clean_env(Path(env.venv or Path(env.python).parent.parent)), **(extra_env or {})})  # fmt: skip
         except subprocess.TimeoutExpired:
             return 124, f"timed out after {timeout_s:.0f} s"
         return p.returncode, p.stdout + p.stderr
-    import docker
-
-    client = docker.from_env(timeout=int(timeout_s) + 30)
+    client = dockerapi.connect(timeout_s=int(timeout_s) + 30)
     container = None
     try:
-        container = client.containers.run(env.image or "", [env.python, *argv], detach=True,
-                                          labels={"envbuilder.cell": "import-smoke"})  # fmt: skip
+        container = client.containers.create(env.image or "", [env.python, *argv], labels={"envbuilder.cell": "import-smoke"},
+                                             environment=dict(extra_env or {}),
+                                             volumes={str(m): {"bind": str(m), "mode": "ro"} for m in mounts})  # fmt: skip
+        container.start()  # created first: a start Docker refuses still leaves a handle to remove
         try:
             code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
         except Exception:
             return 124, f"timed out after {timeout_s:.0f} s"
         return code, container.logs().decode(errors="replace")
+    except dockerapi.sdk_errors() as e:
+        raise dockerapi.failure(e) from None
     finally:
         if container is not None:
             container.remove(force=True)
@@ -200,12 +204,17 @@ class ImportStage:
             return StageResult(name=self.name, status=Status.FAIL, reason=Reason.BAD_FLAG,
                                message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip
         launch_note = ""
-        if engine == "sglang" and built.kind == "venv":
+        if engine == "sglang":
             config = model.find_config(ctx.matrix.model, ctx.matrix.path.parent)
             if config is not None:  # SGLang's own argument checks against the model's config: seconds, no weights
                 args = launchcheck.launch_args(ctx.matrix)
-                env = {**clean_env(Path(built.venv or Path(built.python).parent.parent)), **ctx.matrix.server.env}
-                verdict, _ = launchcheck.run([built.python], config, args, env=env)
+
+                def execute(argv: Sequence[str], model_dir: Path) -> tuple[int, str, str]:
+                    code, out = run_in_env(built, list(argv), timeout_s=300, mounts=[model_dir],
+                                           extra_env=ctx.matrix.server.env)  # fmt: skip
+                    return code, out, out
+
+                verdict, _ = launchcheck.run([], config, args, execute=execute)
                 details["launch_check"] = verdict.to_json()
                 if verdict.status in (Status.FAIL, Status.ERROR):
                     return StageResult(name=self.name, status=verdict.status, reason=verdict.reason,

@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,21 +139,33 @@ def launch_args(m: Matrix) -> list[str]:
     return ["--context-length", str(m.model.context_length), *args] if m.model.context_length else args
 
 
+Execute = Callable[[Sequence[str], Path], tuple[int, str, str]]
+
+
 def run(python_cmd: Sequence[str], model_config: Path, args: Sequence[str], *, timeout_s: float = 300,
-        env: dict[str, str] | None = None) -> tuple[LaunchCheck, dict[str, Any]]:  # fmt: skip
-    """Build SGLang's ServerArgs for ``args`` against ``model_config`` with ``python_cmd``."""
+        env: dict[str, str] | None = None, execute: Execute | None = None) -> tuple[LaunchCheck, dict[str, Any]]:  # fmt: skip
+    """Build SGLang's ServerArgs for ``args`` against ``model_config`` with ``python_cmd``, or with ``execute``
+    (python's arguments and the model folder it must see -> exit code, stdout, stderr: e.g. in a container)."""
     with tempfile.TemporaryDirectory(prefix="eb-launch-check-") as tmp:
         model_dir = config_dir(model_config, Path(tmp) / "model")
         argv = ["--model-path", str(model_dir), *args]
-        try:
-            p = subprocess.run([*python_cmd, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
-                               timeout=timeout_s, check=False, env=env)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return LaunchCheck(status=Status.ERROR, reason=Reason.INTERNAL_ERROR,
-                               message=f"the launch check did not finish in {timeout_s:.0f} s"), {}  # fmt: skip
-        probe = read_marked(p.stdout, MARK)
+        probe_args = ["-c", PROBE, json.dumps(argv)]
+        if execute is not None:
+            code, stdout, stderr = execute(probe_args, model_dir)
+            if code == 124 and MARK not in stdout:
+                return LaunchCheck(status=Status.ERROR, reason=Reason.INTERNAL_ERROR,
+                                   message=f"the launch check did not finish in {timeout_s:.0f} s"), {}  # fmt: skip
+        else:
+            try:
+                p = subprocess.run([*python_cmd, *probe_args], capture_output=True, text=True,
+                                   timeout=timeout_s, check=False, env=env)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                return LaunchCheck(status=Status.ERROR, reason=Reason.INTERNAL_ERROR,
+                                   message=f"the launch check did not finish in {timeout_s:.0f} s"), {}  # fmt: skip
+            stdout, stderr = p.stdout, p.stderr
+        probe = read_marked(stdout, MARK)
         if probe is None:
-            tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+            tail = (stderr.strip().splitlines() or ["no output"])[-1]
             return LaunchCheck(status=Status.FAIL, reason=Reason.IMPORT_ERROR,
-                               message=f"the launch check could not run: {tail}"), {"stderr": p.stderr[-3000:]}  # fmt: skip
+                               message=f"the launch check could not run: {tail}"), {"stderr": stderr[-3000:]}  # fmt: skip
         return interpret(probe), probe

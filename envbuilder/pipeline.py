@@ -65,12 +65,14 @@ class Workspace:
 
 @dataclass(frozen=True, kw_only=True)
 class StageEvent:
-    """Reported to the CLI's progress display; ``result`` is None when the stage starts."""
+    """Reported to the CLI's progress display; ``result`` is None when the stage starts, and while it runs
+    ``progress`` carries what a long stage is doing (an image layer, a wheel download, a start-up phase)."""
 
     cell_id: str
     stage: str
     result: StageResult | None = None
     cached: bool = False
+    progress: str | None = None
 
 
 EventSink = Callable[[StageEvent], None]
@@ -108,6 +110,15 @@ class RunContext:
     force_stages: frozenset[str] = frozenset()
     options: RunOptions = RunOptions()
     events: EventSink = _no_events
+
+
+def progress_sink(ctx: RunContext, cell_id: str, stage: str) -> Callable[[str], None]:
+    """A callback a long stage reports its progress lines to."""
+
+    def say(line: str) -> None:
+        ctx.events(StageEvent(cell_id=cell_id, stage=stage, progress=line))
+
+    return say
 
 
 class Stage(Protocol):

@@ -144,7 +144,8 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
     elif launch.runner == "docker":
         runner_cm = DockerRunner(labels={"envbuilder.cell": cell.id}).start(
             launch.argv, env=launch.env, base_url=launch.base_url, name=f"{cell.id}-{name}", image=launch.image or "",
-            model_dir=launch.model if Path(launch.model).exists() else None, gpus=cell.cuda != NONE)
+            model_dir=launch.model if Path(launch.model).exists() else None,
+            gpus=(m.model.tp or -1) if cell.cuda != NONE else None, driver=cell.driver)
     else:
         runner_cm = LocalRunner(ctx.workspace.root / "run").start(launch.argv, env=launch.env,
                                                                    base_url=launch.base_url, name=f"{cell.id}-{name}")  # fmt: skip

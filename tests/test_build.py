@@ -78,8 +78,9 @@ def test_images_share_layers_skip_when_tagged_and_import_smoke(tmp_path: Path, f
     ba, bb = a.stage("build"), b.stage("build")
     assert ba is not None and bb is not None
     assert ba.details["image"].startswith("envbuilder/six-1.16.0_cpu_drv-host_debian12_py3.11:")
-    # the second cell shares every layer but the lock's: base, uv, Python and the venv come from the cache
-    assert bb.details["built"] and bb.details["cached_steps"] >= 4
+    # the second cell shares the stack image (base, uv, Python, the venv): built once, reused
+    assert bb.details["built"] and ba.details["layers"]["stack"]["image"] == bb.details["layers"]["stack"]["image"]
+    assert bb.details["layers"]["stack"]["built"] is False
     import docker
 
     client = docker.from_env()
@@ -91,7 +92,7 @@ def test_images_share_layers_skip_when_tagged_and_import_smoke(tmp_path: Path, f
     labels = client.images.get(ba.details["image"]).labels
     assert labels["envbuilder.cell"] == a.id and len(labels["envbuilder.lock-sha256"]) == 64
     dockerfile = Path(ba.details["dockerfile"]).read_text()
-    assert f"FROM {base_image}" in dockerfile and "uv pip sync" in dockerfile
+    assert f"FROM {ba.details['layers']['stack']['image']}" in dockerfile and "uv pip sync" in dockerfile
     # an unchanged cell's build result is reused while its image exists
     again = {r.axes["six"]: r for r in _run(tmp_path, text, stages)}
     assert again["1.16.0"].stage("build").to_json() == ba.to_json()  # type: ignore[union-attr]
@@ -127,7 +128,9 @@ def test_base_image_table_and_driver_bake(tmp_path: Path) -> None:
     host = Cell(packages=(("sglang", "0.5.11"),), cuda="13.0", driver="host", os="ubuntu24.04", python="3.12")
     text2, tag2 = images.render(host, lock_path, tmp_path / "ctx2", base="b")
     assert "NVIDIA-Linux" not in text2 and tag2 != tag
-    assert (tmp_path / "ctx2/uv").stat().st_size > 1_000_000 and (tmp_path / "ctx2/Dockerfile").exists()
+    stack_uv = list((tmp_path / "_stack").glob("*/uv"))  # uv lives in the shared stack context, one per base
+    assert len(stack_uv) == 2 and all(u.stat().st_size > 1_000_000 for u in stack_uv)
+    assert (tmp_path / "ctx2/Dockerfile").exists() and "FROM envbuilder/stack-py3.12:" in text2
 
 
 def test_flag_check_with_recorded_0_5_11_help() -> None:

@@ -26,6 +26,7 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["table", "md", "html", "json", "junit"], default="table")
     p.add_argument("--output", type=Path, help="write there instead of stdout")
     p.add_argument("--all", action="store_true", help="write every format to <workdir>/reports/")
+    p.add_argument("--quiet", action="store_true", help="with --all: print only where the reports are, not the table")
     p.add_argument("--rows", metavar="AXIS", help="matrix view: the axis down (default: sglang)")
     p.add_argument("--cols", metavar="AXIS[,AXIS]", help="matrix view: the axes across (default: cuda,driver)")
     p.add_argument("--ids", action="store_true", help="matrix view in the terminal: show each cell's id")
@@ -43,8 +44,9 @@ def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
             text = report.render(results, fmt, workdir=args.workdir, page_dir=out_dir, rows=args.rows, cols=args.cols,
                                  expand=args.expand, baseline=baseline)
             atomic.write_text(out_dir / f"envbuilder.{report.EXT[fmt]}", text)
-        ui.out.print(view, width=min(ui.out.width, terminal.WIDTH))
-        ui.err.print(f"reports written to {out_dir}/ (md, html, json, junit)")
+        if not args.quiet:
+            ui.out.print(view, width=min(ui.out.width, terminal.WIDTH))
+        ui.err.print(f"reports written to {out_dir.resolve()}/ (md, html, json, junit)")
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
             with Path(summary).open("a") as f:

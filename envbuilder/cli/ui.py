@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.constrain import Constrain
 from rich.markup import escape
+from rich.status import Status as RichStatus
 
 from envbuilder import errors
 from envbuilder.pipeline import StageEvent
@@ -67,10 +68,13 @@ def results_table(results: Sequence[CellResult], stage_names: Sequence[str]) -> 
 
 
 def progress(ui: Ui) -> Callable[[StageEvent], None]:
+    """One line per finished stage (folded per stage in GitHub Actions logs); while a long stage runs, its
+    progress: a live status line in a terminal, plain lines otherwise (CI logs)."""
     folded: list[str] = []  # the stage whose lines the CI log folds now (stages run one after another)
+    live: list[RichStatus] = []
 
     def on_event(ev: StageEvent) -> None:
-        if ev.result is None:
+        if ev.result is None and ev.progress is None:
             if folded[-1:] != [ev.stage]:
                 if folded:
                     ui.endgroup()
@@ -79,10 +83,25 @@ def progress(ui: Ui) -> Callable[[StageEvent], None]:
             return
         if ui.json:
             return
+        if ev.progress is not None:
+            if not ui.err.is_terminal:
+                ui.err.print(f"      {ev.stage:9} {ev.cell_id} {escape(ev.progress)}", soft_wrap=True)
+            elif live:
+                live[0].update(f"{ev.stage} {ev.cell_id}: {escape(ev.progress)}")
+            else:
+                live.append(ui.err.status(f"{ev.stage} {ev.cell_id}: {escape(ev.progress)}"))
+                live[0].start()
+            return
+        if ev.result is None:
+            return
+        if live:
+            live.pop().stop()
         r = ev.result
         style = STATUS_STYLE[r.status.value]
         cached = " (cached)" if ev.cached else ""
         msg = f" — {escape(r.message)}" if r.message and r.status is not Status.PASS else ""
+        if r.status is Status.PASS and r.details.get("fallback"):
+            msg = f" — {escape(str(r.details['fallback']))}"
         ui.err.print(f"[{style}]{r.status.value:5}[/] {r.name:9} {ev.cell_id} {r.duration_s:6.1f}s{cached}{msg}")
 
     return on_event
