@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -129,6 +131,51 @@ def main(paths: list[str]) -> None:
         clear = sum(x.get("clear", False) for x in rs)
         print(f"{side}: {len(rs)} texts ({deg} degenerate of which {clear} clearly broken, {len(rs) - deg} ok) "
               f"from {len({x['group'] for x in rs})} groups")
+    write_counts(sides)
+
+
+def _source_kind(row: dict[str, str]) -> str:
+    g = row["group"]
+    if g.startswith("envbuilder:"):
+        return "envbuilder's own runs"
+    if "/issues/" in g or "/pull/" in g or "/discussions/" in g:
+        return "issue/PR threads"
+    if "alpaca_eval" in g:
+        return "AlpacaEval model outputs"
+    return "benchmark outputs, cookbooks, code files"
+
+
+def write_counts(sides: dict[str, list[dict[str, str]]]) -> None:
+    """The counts table in degeneracy-set.md, between its markers."""
+    lines = ["| | calibration | held-out |", "|---|---|---|"]
+
+    def row(name: str, pred: object) -> None:
+        f = pred if callable(pred) else None
+        c = [sum(1 for x in sides[s] if f(x)) for s in ("calibration", "heldout")] if f else [0, 0]
+        lines.append(f"| {name} | {c[0]} | {c[1]} |")
+
+    row("texts", lambda x: True)
+    row("groups (threads/files)", None)
+    lines[-1] = f"| groups (threads/files) | {len({x['group'] for x in sides['calibration']})} | " \
+                f"{len({x['group'] for x in sides['heldout']})} |"
+    row("degenerate", lambda x: x["expected"] == "degenerate")
+    row("— clearly broken", lambda x: x.get("clear") is True)
+    row("healthy", lambda x: x["expected"] == "ok")
+    kinds = Counter(_source_kind(x) for s in sides.values() for x in s)
+    for k in sorted(kinds):
+        row(f"from {k}", lambda x, k=k: _source_kind(x) == k)
+    shapes = Counter(x["shape"] for s in sides.values() for x in s if x["expected"] == "degenerate")
+    for k, _ in shapes.most_common():
+        row(f"degenerate: {k}", lambda x, k=k: x["expected"] == "degenerate" and x["shape"] == k)
+    langs = Counter((x["lang"] or "en")[:2] for s in sides.values() for x in s if x["expected"] == "ok")
+    for k, _ in langs.most_common():
+        row(f"healthy, language {k}", lambda x, k=k: x["expected"] == "ok" and (x["lang"] or "en")[:2] == k)
+    md = FIXTURES / "degeneracy-set.md"
+    body = md.read_text(encoding="utf-8")
+    table = "<!-- counts -->\n" + "\n".join(lines) + "\n<!-- /counts -->"
+    body = re.sub(r"<!-- counts -->.*<!-- /counts -->", lambda m: table, body, flags=re.S) \
+        if "<!-- counts -->" in body else body.rstrip("\n") + "\n\n" + table + "\n"
+    md.write_text(body, encoding="utf-8")
 
 
 if __name__ == "__main__":
