@@ -666,10 +666,12 @@ class Turn:
 class StreamJudge:
     """Judge a generation as it streams: `push` each piece (token or chunk); the first time the text so far
     is degenerate, `push` returns the `Turn` — the piece where the degenerate region starts, not where it
-    was noticed. Re-judges every `every` pieces (and on `close`)."""
+    was noticed. Every `every` pieces the last `window` characters are judged (bounded work per piece); once
+    they are degenerate, the whole text is judged once to find where it turned."""
 
-    def __init__(self, *, every: int = 16) -> None:
+    def __init__(self, *, every: int = 32, window: int = 2048) -> None:
         self.every = every
+        self.window = window
         self._pieces: list[str] = []
         self._ends: list[int] = []
         self._len = 0
@@ -680,26 +682,33 @@ class StreamJudge:
         self._len += len(piece)
         self._ends.append(self._len)
         if self.turn is None and len(self._pieces) % self.every == 0:
-            self._judge(None)
+            tail = "".join(self._pieces[self._first_in_window() :])
+            if detect(tail).degenerate:
+                self._judge(None)
         return self.turn
 
     def close(self, finish_reason: str | None = None) -> Verdict:
-        text = "".join(self._pieces)
-        v = detect(text, finish_reason=finish_reason)
+        v = detect("".join(self._pieces), finish_reason=finish_reason)
         if self.turn is None and v.degenerate:
-            self._judge(finish_reason)
+            self._set_turn(v)
         return v
 
+    def _first_in_window(self) -> int:
+        start = self._len - self.window
+        return next((i for i, e in enumerate(self._ends) if e > start), 0) if start > 0 else 0
+
     def _judge(self, finish_reason: str | None) -> None:
-        text = "".join(self._pieces)
-        v = detect(text, finish_reason=finish_reason)
+        v = detect("".join(self._pieces), finish_reason=finish_reason)
         if v.degenerate:
-            at = v.turned_at or 0
-            idx = next((i for i, e in enumerate(self._ends) if e > at), len(self._ends) - 1)
-            self.turn = Turn(piece=idx, char=at, verdict=v)
+            self._set_turn(v)
+
+    def _set_turn(self, v: Verdict) -> None:
+        at = v.turned_at or 0
+        idx = next((i for i, e in enumerate(self._ends) if e > at), len(self._ends) - 1)
+        self.turn = Turn(piece=idx, char=at, verdict=v)
 
 
-def judge_stream(pieces_: Iterable[str], *, finish_reason: str | None = None, every: int = 16) -> tuple[Verdict, Turn | None]:
+def judge_stream(pieces_: Iterable[str], *, finish_reason: str | None = None, every: int = 32) -> tuple[Verdict, Turn | None]:
     """The verdict on a whole stream and where it turned (None if it stayed healthy)."""
     j = StreamJudge(every=every)
     for p in pieces_:
