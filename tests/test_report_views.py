@@ -263,8 +263,8 @@ def test_the_pins_baseline_is_drawn_into_the_speed_plot(tmp_path: Path) -> None:
     wd = tmp_path / "wd"
     ResultStore(wd / "results").save(h200("spec"))
     assert report.pinned_baseline(wd) is None
-    no_pin = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
-    assert "no pinned baseline yet" in no_pin.out and "stroke-dasharray=\"5 4\"" not in no_pin.out
+    no_pin = report.render([h200("spec")], "html", workdir=wd, baseline=report.pinned_baseline(wd))
+    assert "no pinned baseline yet" in no_pin and "stroke-dasharray=\"5 4\"" not in no_pin
     (wd / "locks/production").mkdir(parents=True)
     (wd / "locks/production/provenance.json").write_text(json.dumps({"baseline": {"decode_tokens_per_s": 549.56}}))
     out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
@@ -340,11 +340,11 @@ def test_watch_summary_plugs_into_the_report(tmp_path: Path) -> None:
     out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
     assert out.code == 0, out.err
     assert "Upgrade: <code>" in out.out and "blocked" in out.out and "perf-regression" in out.out and "-77.9%" in out.out
-    md = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "md")
-    assert "### Upgrade: `" in md.out and "❌ blocked" in md.out
+    md = report.render(store.all(), "md", workdir=wd)
+    assert "### Upgrade: `" in md and "❌ blocked" in md
     (wd / "watch/summary.json").write_text("{}")
-    bad = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
-    assert bad.code == 2 and "summary.json: not a watch summary" in bad.err
+    with pytest.raises(InputError, match=r"summary\.json: not a watch summary"):
+        report.render(store.all(), "html", workdir=wd)
 
 
 def test_no_results_yet() -> None:
