@@ -128,6 +128,23 @@ class Provided:
                 if n in locked and locked[n] != v]  # fmt: skip
 
 
+def sync_failure(log_text: str) -> str:
+    """One line for a failed ``uv pip sync``: uv's ``error:`` line, what the failing build itself said last
+    (e.g. a placeholder sdist's "The installation of cuda-tile for version 1.6.0rc5 failed."), and whether
+    a host could not be resolved; else the log's last line."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    if not lines:
+        return "no output"
+    err = next((ln for ln in lines if ln.startswith("error:")), None)
+    said = next((ln for ln in reversed(lines) if re.search(r"(?:\bfailed|[A-Za-z]Error: .+)\.?$", ln)
+                 and not ln.startswith(("hint:", "error:", "cause:", "raise "))), None)  # fmt: skip
+    dns = any(re.search(r"Name or service not known|Temporary failure in name resolution", ln) for ln in lines)
+    parts = [p for p in (err, said) if p]
+    if dns:
+        parts.append("(the build tried to reach a host it could not resolve)")
+    return " ".join(parts) if parts else lines[-1]
+
+
 def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_args: list[str] | None = None,
                timeout_s: float = 3600, provided: Provided | None = None, python: str | None = None,
                env: Mapping[str, str] | None = None, run_dir: Path | None = None) -> dict[str, Any]:  # fmt: skip
@@ -153,10 +170,9 @@ def build_venv(cell: Cell, lock_path: Path, venv: Path, log_path: Path, index_ar
         reqs.write_text(lock.requirements_with_hashes(lk, exclude=set(provided.versions) if provided else set()))
         code = sync_venv(tmp, reqs, index_args or [], log, hashes=True, timeout_s=timeout_s, env=env, run_dir=run_dir)
     if code != 0:
-        tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-1:]
         shutil.rmtree(tmp, ignore_errors=True)
         raise StageFailure(Status.FAIL, Reason.BUILD_FAILED,
-                           f"uv pip sync failed: {tail[0] if tail else 'no output'} (log: {log_path})")  # fmt: skip
+                           f"uv pip sync failed: {sync_failure(log_path.read_text(errors='replace'))} (log: {log_path})")  # fmt: skip
     shutil.rmtree(venv, ignore_errors=True)
     tmp.rename(venv)  # a venv is only ever complete or absent
     # uv writes absolute paths into the venv: fix the ones that named the .partial folder

@@ -89,6 +89,24 @@ def check_flags(args: Sequence[str], options: set[str]) -> tuple[list[str], list
     return problems, notes
 
 
+def explain_flags(ctx: RunContext, package: str, version: str, problems: list[str]) -> tuple[list[str], list[str]]:
+    """``problems`` with each gone flag's replacement, read from the release's wheel and the cached earlier
+    releases' (``envbuilder watch`` and ``engine-facts`` fill that cache); unchanged when they are not at hand."""
+    from envbuilder.engines import facts
+
+    try:
+        known = facts.facts_for(package, version, ctx.workspace.cache, ctx.matrix.resolve.indexes[0])
+    except facts.EngineFactsError:
+        return problems, []
+    if not problems:
+        return problems, []
+    check = facts.check_flags(known, ctx.matrix.server.args, facts.cached_history(ctx.workspace.cache, package, version))
+    by_flag = {p.flag: p for p in check.problems}
+    out = [by_flag[f].message if (f := p.split(" ", 1)[0]) in by_flag else p for p in problems]
+    fixes = [f"replace {p.flag} with {p.replacement}" for p in check.problems if p.replacement]
+    return out, fixes
+
+
 def run_in_env(env: BuiltEnvironment, argv: list[str], timeout_s: float, *, mounts: Sequence[Path] = (),
                extra_env: Mapping[str, str] | None = None) -> tuple[int, str]:  # fmt: skip
     """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU). ``mounts``: host folders the
@@ -200,6 +218,9 @@ class ImportStage:
         problems, notes = check_flags(ctx.matrix.server.args, options)
         details.update({"options": len(options), "flag_notes": notes, "flag_problems": problems})
         version = probe["modules"].get(mods[0], {}).get("version")
+        if engine == "sglang" and version:  # the release's wheel: a gone flag's replacement; the smoke's log formats
+            problems, fixes = explain_flags(ctx, spec.package, str(version), problems)
+            details["fixes"] = fixes
         if problems:
             return StageResult(name=self.name, status=Status.FAIL, reason=Reason.BAD_FLAG,
                                message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from envbuilder.engines import EngineSpec
+from envbuilder.engines import EngineSpec, milestone_name
 from envbuilder.results import Reason, Status
 
 _TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\s+[^\]]*)?\]")
@@ -69,6 +69,18 @@ class LaunchOutcome:
     failed_rank: str | None = None
 
     @property
+    def kv_tokens(self) -> int | None:
+        """KV-cache tokens the engine allocated (``#tokens:``), else its ``max_total_num_tokens``."""
+        for name, keys in (("kv_cache", ("tokens",)), ("max_tokens", ("tokens", "max_total_num_tokens"))):
+            for h in self.milestones:
+                if h.name == name and (v := next((h.values[k] for k in keys if k in h.values), None)):
+                    try:
+                        return int(v)
+                    except ValueError:
+                        continue
+        return None
+
+    @property
     def ready(self) -> bool:
         return self.status is Status.PASS
 
@@ -80,7 +92,7 @@ class LaunchOutcome:
             "milestones": [{"name": m.name, "t": round(m.t, 3), "log_time": m.log_time, **m.values}
                            for m in self.milestones],
             "reaction_s": None if self.reaction_s is None else round(self.reaction_s, 4),
-            "failed_rank": self.failed_rank,
+            "failed_rank": self.failed_rank, "kv_tokens": self.kv_tokens,
         }  # fmt: skip
 
 
@@ -190,10 +202,14 @@ def phase_timings(hits: Sequence[MilestoneHit], ready_t: float | None) -> dict[s
         out["weights"] = we - lw
     we = at("load_weight_end")
     kv = at("kv_cache")
-    if we is not None and kv is not None:
+    gc = at("graph_capture_end")
+    if we is not None and kv is not None and (gc is None or kv <= gc):  # 0.5.18+ sizes KV after graph capture
         out["kv_alloc"] = max(0.0, kv - we)
     for begin, end, name in (("graph_capture_begin", "graph_capture_end", "graph_capture"),
                              ("draft_graph_capture_begin", "draft_graph_capture_end", "draft_graph_capture"),
+                             ("prefill_graph_capture_begin", "prefill_graph_capture_end", "prefill_graph_capture"),
+                             ("draft_prefill_graph_capture_begin", "draft_prefill_graph_capture_end",
+                              "draft_prefill_graph_capture"),
                              ("piecewise_begin", "piecewise_end", "piecewise_compile")):  # fmt: skip
         if end in first and "elapsed" in first[end].values:
             out[name] = float(first[end].values["elapsed"])
@@ -289,13 +305,15 @@ def watch(
                 hits.append(MilestoneHit(name="first_log", t=ev.t - t0, log_time=ts.group(1)))
             for ms in spec.milestones:
                 rank_name = f"{rank_m.group(1)}{rank_m.group(2)}" if rank_m else None
-                if any(h.name == ms.name and h.rank == rank_name for h in hits):
+                if not (m := ms.search(ev.text)):
+                    continue
+                name = milestone_name(ms.name, ev.text)
+                if any(h.name == name and h.rank == rank_name for h in hits):
                     continue  # the first occurrence per rank marks the milestone
-                if m := ms.pattern.search(ev.text):
-                    hits.append(MilestoneHit(name=ms.name, t=ev.t - t0, log_time=ts.group(1) if ts else None,
-                                             values={k: v for k, v in m.groupdict().items() if v is not None},
-                                             rank=f"{rank_m.group(1)}{rank_m.group(2)}" if rank_m else None))  # fmt: skip
-                    slow = ms.slow
+                hits.append(MilestoneHit(name=name, t=ev.t - t0, log_time=ts.group(1) if ts else None,
+                                         values={k: v for k, v in m.groupdict().items() if v is not None},
+                                         rank=rank_name))  # fmt: skip
+                slow = ms.slow
             if any(p.search(ev.text) for p in spec.ready):
                 ready_seen = True
                 hits.append(MilestoneHit(name="ready", t=ev.t - t0, log_time=ts.group(1) if ts else None))

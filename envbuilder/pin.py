@@ -49,6 +49,7 @@ def write_pin(ws: Workspace, cell: Cell, result: CellResult, *, force: bool) -> 
     atomic.write_bytes(dest / "pylock.toml", src.read_bytes())
     built = result.environment()
     speed = result.stage("smoke.speed")
+    spec = result.stage("smoke.spec")
     prov = {
         "cell": cell.id, "axes": cell.axes, "hash": cell.hash, "lock_sha256": lock.read(src).sha256,
         "pinned_at": datetime.datetime.now(datetime.UTC).isoformat(), "envbuilder": __version__,
@@ -56,7 +57,9 @@ def write_pin(ws: Workspace, cell: Cell, result: CellResult, *, force: bool) -> 
         "image": built.image if built else None,
         "image_id": built.image_id if built else None,
         "checks": {s.name: {"status": s.status.value, "message": s.message} for s in result.stages},
-        "baseline": {"decode_tokens_per_s": speed.details.get("decode_tokens_per_s") if speed else None},
+        "baseline": {"decode_tokens_per_s": speed.details.get("decode_tokens_per_s") if speed else None,
+                     "ttft_s": speed.details.get("ttft_s") if speed else None,
+                     "spec_accept_length": spec.details.get("acceptance_length") if spec else None},
         "runner": result.env.get("host", {}),
     }  # fmt: skip
     atomic.write_json(dest / "provenance.json", prov)

@@ -115,6 +115,21 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
                   model=model, image=image)  # fmt: skip
 
 
+def release_spec(ctx: RunContext, cell: Cell) -> EngineSpec:
+    """The engine adapter with the start-up formats of this cell's release, read from its wheel (cached per
+    version by the import stage, ``watch`` or ``engine-facts``; when not cached — an air-gapped runner, a
+    custom command — the hand-kept patterns, which cover 0.5.9-0.5.23)."""
+    from envbuilder.engines import facts
+
+    spec = engines.engine(ctx.matrix.server.engine)
+    version = cell.requirements().get(spec.package)
+    known = facts.cached(spec.package, version, ctx.workspace.cache) if spec.name == "sglang" and version else None
+    if known is None:
+        return spec
+    derived: EngineSpec = facts.engine_spec(spec, known)
+    return derived
+
+
 def _ctx_len(m: Matrix) -> int | None:
     return m.model.context_length if m.model.context_length else None
 
@@ -133,7 +148,7 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
             echo: Callable[[str], None] | None = None) -> Iterator[Running]:  # fmt: skip
     """Start a server, watch it to ready or failure, yield it; always tear down (even if the start fails)."""
     m = ctx.matrix
-    spec: EngineSpec = engines.engine(m.server.engine)
+    spec = release_spec(ctx, cell)
     log_path = ctx.workspace.logs(cell.id) / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     client = EngineClient(launch.base_url, timeout_s=m.smoke.request_timeout_s)

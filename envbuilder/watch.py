@@ -3,7 +3,10 @@ package at each newer release (read from the index's PEP 691 JSON API, cached wi
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
@@ -35,3 +38,167 @@ def verdict(result: Any) -> tuple[bool, list[str]]:
     reasons = [f"{s.name}: {s.status.value} {s.reason.value} — {s.message}" for s in result.stages
                if s.status.value != "pass"]  # fmt: skip
     return not reasons, reasons
+
+
+# --------------------------------------------------------------------------------------------
+# Deciding: one typed verdict per release, and the summary record the reports draw from
+# --------------------------------------------------------------------------------------------
+
+SAFE_TO_UPGRADE = "safe to upgrade"
+SAFE_TO_TRY = "safe to try on a GPU"
+BLOCKED = "blocked"
+UNDECIDED = "undecided"
+KEY_PACKAGES = ("torch", "flash-attn-4", "sglang-kernel", "sgl-kernel", "flashinfer-python", "transformers", "kernels",
+                "cuda-tile", "triton")  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseVerdict:
+    """pin -> one candidate release: the verdict, why, what changed, the fix."""
+
+    version: str
+    cell: str
+    uploaded: str
+    verdict: str  # SAFE_TO_UPGRADE | SAFE_TO_TRY | BLOCKED | UNDECIDED
+    reasons: tuple[str, ...] = ()  # what blocks it (stage: reason — message), or why it is undecided
+    fixes: tuple[str, ...] = ()  # what would unblock it, where the tool knows
+    changes: tuple[str, ...] = ()  # key packages and launch flags that moved since the pin
+    notes: tuple[str, ...] = ()  # accepted but worth knowing (deprecated flags, launch-check notes)
+    stages: tuple[tuple[str, str, str], ...] = ()  # (stage, status, reason)
+    ran_with: str | None = None  # the interpreter the venv was made from
+    duration_s: float = 0.0
+    venv_gib: float | None = None
+    drift: int | None = None  # packages that moved between the release-day lock and today's
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "cell": self.cell, "uploaded": self.uploaded, "verdict": self.verdict,
+                "reasons": list(self.reasons), "fixes": list(self.fixes), "changes": list(self.changes),
+                "notes": list(self.notes), "stages": [list(s) for s in self.stages], "ran_with": self.ran_with,
+                "duration_s": round(self.duration_s, 1), "venv_gib": self.venv_gib, "drift": self.drift}  # fmt: skip
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> ReleaseVerdict:
+        return ReleaseVerdict(version=d["version"], cell=d["cell"], uploaded=d["uploaded"], verdict=d["verdict"],
+                              reasons=tuple(d.get("reasons", ())), fixes=tuple(d.get("fixes", ())),
+                              changes=tuple(d.get("changes", ())), notes=tuple(d.get("notes", ())),
+                              stages=tuple((str(a), str(b), str(c)) for a, b, c in d.get("stages", ())),
+                              ran_with=d.get("ran_with"), duration_s=float(d.get("duration_s", 0.0)),
+                              venv_gib=d.get("venv_gib"), drift=d.get("drift"))  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpgradeSummary:
+    """What ``watch`` decided, stored as ``<workdir>/watch/summary.json`` (the HTML upgrade view reads it)."""
+
+    package: str
+    pinned_cell: str
+    pinned_version: str
+    launch_args: tuple[str, ...]
+    created: str
+    gpu: bool
+    releases: tuple[ReleaseVerdict, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "package": self.package, "pinned_cell": self.pinned_cell,
+                "pinned_version": self.pinned_version, "launch_args": list(self.launch_args), "created": self.created,
+                "gpu": self.gpu, "releases": [r.to_json() for r in self.releases]}  # fmt: skip
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> UpgradeSummary:
+        return UpgradeSummary(package=d["package"], pinned_cell=d["pinned_cell"], pinned_version=d["pinned_version"],
+                              launch_args=tuple(d.get("launch_args", ())), created=d["created"], gpu=bool(d["gpu"]),
+                              releases=tuple(ReleaseVerdict.from_json(r) for r in d["releases"]))  # fmt: skip
+
+    def render(self) -> list[str]:
+        """The one-screen upgrade summary: pin -> candidate: verdict, what changed, the fix."""
+        out = [f"{self.package} {self.pinned_version} (pinned) -> newer releases"
+               + ("" if self.gpu else " (no GPU here: at best 'safe to try on a GPU')")]  # fmt: skip
+        for r in self.releases:
+            why = r.reasons[0] if r.reasons else ""
+            out.append(f"{self.pinned_version} -> {r.version}: {r.verdict}" + (f" — {why}" if why else ""))
+            if r.changes:
+                out.append("    changed: " + "; ".join(r.changes[:6]))
+            for f in r.fixes[:3]:
+                out.append(f"    fix: {f}")
+        return out
+
+
+def load_summary(path: Path) -> UpgradeSummary | None:
+    """The stored summary, or None when there is none (or it is unreadable: it is rewritten then)."""
+    try:
+        return UpgradeSummary.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def status_of(result: Any, name: str) -> Any:
+    return next((s for s in result.stages if s.name == name), None)
+
+
+def decide(result: Any, *, gpu: bool, baseline: dict[str, Any] | None = None,
+           tolerance: float = 0.10) -> tuple[str, list[str], list[str]]:  # fmt: skip
+    """(verdict, reasons, fixes) from one candidate's stage results.
+
+    ``blocked`` when a stage decided the cell is incompatible; ``undecided`` when one could not decide;
+    ``safe to try on a GPU`` when everything up to the import/launch checks passed and there is no GPU;
+    ``safe to upgrade`` only when the GPU stages passed too and speculation acceptance, decode tok/s and TTFT
+    are within ``tolerance`` of the pin's ``baseline``.
+    """
+    reasons: list[str] = []
+    fixes: list[str] = []
+    for s in result.stages:
+        if s.status.value == "fail":
+            reasons.append(f"{s.name}: {s.reason.value} — {s.message}")
+            fixes += [str(f) for f in s.details.get("fixes", []) or []]
+            if s.name == "build":
+                fixes += build_fixes(s.message)
+    if reasons:
+        return BLOCKED, reasons, fixes
+    errors = [f"{s.name}: {s.reason.value} — {s.message}" for s in result.stages if s.status.value == "error"]
+    if errors:
+        return UNDECIDED, errors, []
+    smoke = status_of(result, "smoke")
+    if not gpu or smoke is None or smoke.status.value == "skip":
+        return SAFE_TO_TRY, [], []
+    base = baseline or {}
+    spec = status_of(result, "smoke.spec")
+    speed = status_of(result, "smoke.speed")
+    acc = spec.details.get("acceptance_length") if spec is not None else None
+    if acc is not None and base.get("spec_accept_length") and acc < base["spec_accept_length"] * (1 - tolerance):
+        reasons.append(f"smoke.spec: spec-low-acceptance — acceptance length {acc:.2f} < pin's "
+                       f"{base['spec_accept_length']:.2f} - {tolerance:.0%}")  # fmt: skip
+    if speed is not None:
+        tps, ttft = speed.details.get("decode_tokens_per_s"), speed.details.get("ttft_s")
+        if tps is not None and base.get("decode_tokens_per_s") and tps < base["decode_tokens_per_s"] * (1 - tolerance):
+            reasons.append(f"smoke.speed: perf-regression — decode {tps} tok/s < pin's {base['decode_tokens_per_s']}"
+                           f" - {tolerance:.0%}")  # fmt: skip
+        if ttft is not None and base.get("ttft_s") and ttft > base["ttft_s"] * (1 + tolerance):
+            reasons.append(f"smoke.speed: perf-regression — TTFT {ttft:.3f} s > pin's {base['ttft_s']:.3f} s"
+                           f" + {tolerance:.0%}")  # fmt: skip
+    missing = [n for n in ("smoke.golden", "smoke.degeneracy") if (st := status_of(result, n)) is None
+               or st.status.value != "pass"]  # fmt: skip
+    if reasons:
+        return BLOCKED, reasons, fixes
+    if missing:
+        return SAFE_TO_TRY, [f"{n} did not pass" for n in missing], []
+    return SAFE_TO_UPGRADE, [], []
+
+
+def build_fixes(message: str) -> list[str]:
+    """A fix for a build that failed because a package's sdist fetches its real wheel from a host this machine
+    cannot reach (cuda-tile 1.6.0rc5, pinned by sglang 0.5.18-0.5.22, is such a placeholder on the default index)."""
+    m = re.search(r"Failed to build `([^`=]+)==([^`]+)`", message)
+    if m is None or "could not resolve" not in message:
+        return []
+    return [f"{m.group(1)} {m.group(2)} has no wheel here: its sdist downloads the real wheel from another index "
+            f"at build time; add that index to [resolve] indexes (or build where it is reachable)"]
+
+
+def key_changes(pinned: dict[str, str], candidate: dict[str, str]) -> list[str]:
+    """Key packages that moved between the pin's lock and the candidate's (``torch 2.11.0 → 2.13.0``)."""
+    out = []
+    for name in KEY_PACKAGES:
+        a, b = pinned.get(name), candidate.get(name)
+        if a != b and (a or b):
+            out.append(f"{name} {a or '—'} → {b or '—'}")
+    return out

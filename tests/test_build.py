@@ -243,3 +243,23 @@ def test_a_killed_runs_build_is_stopped_before_the_next_one(tmp_path: Path) -> N
     while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _group_alive(pgid) and not pidfile.exists()
+
+
+def test_a_failed_sync_is_told_by_uv_s_error_and_the_build_s_own_last_word() -> None:
+    from envbuilder.build import sync_failure
+
+    # lines of the real build log of sglang 0.5.18's release-day lock (cuda-tile 1.6.0rc5 is a placeholder sdist
+    # that fetches the real wheel from another index at build time), the index's address left out
+    log = """Resolved 190 packages in 2ms
+error: Failed to build `cuda-tile==1.6.0rc5`
+  |-> The build backend returned an error
+  `-> Call to `wheel_stub.buildapi.build_wheel` failed (exit status: 1)
+         socket.gaierror: [Errno -2] Name or service not known
+             raise InstallFailedError(
+         wheel_stub.error.InstallFailedError:
+         The installation of cuda-tile for version 1.6.0rc5 failed.
+hint: Build failures usually indicate a problem with the package or the build environment"""
+    assert sync_failure(log) == ("error: Failed to build `cuda-tile==1.6.0rc5` The installation of cuda-tile for version "
+                                 "1.6.0rc5 failed. (the build tried to reach a host it could not resolve)")
+    assert sync_failure("") == "no output"
+    assert sync_failure("x\nlast line") == "last line"

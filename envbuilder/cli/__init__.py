@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from rich.markup import escape
 
 from envbuilder import __version__, errors
-from envbuilder.cli import airgap, pin, probes, report, stages
+from envbuilder.cli import airgap, engine, pin, probes, report, stages
 from envbuilder.cli.options import Command
 from envbuilder.cli.ui import Ui, consoles
 from envbuilder.errors import EnvbuilderError, InputError
@@ -24,7 +24,7 @@ from envbuilder.errors import EnvbuilderError, InputError
 # One module per command family (argparse and output only; the stage modules do the work): stages, report, pin,
 # airgap, probes; ui (all output) and options (what the families share).
 COMMANDS: dict[str, Command] = {**stages.COMMANDS, **report.COMMANDS, **pin.COMMANDS, **airgap.COMMANDS,
-                                **probes.COMMANDS}
+                                **probes.COMMANDS, **engine.COMMANDS}
 
 
 class _Parser(argparse.ArgumentParser):

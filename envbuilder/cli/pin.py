@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from typing import Any
 
 from rich.markup import escape
 
-from envbuilder import errors, lock, pin, watch
+from envbuilder import atomic, errors, lock, pin, report, watch
 from envbuilder import matrix as matrix_mod
 from envbuilder.cli.options import (
     Command,
@@ -17,7 +16,7 @@ from envbuilder.cli.options import (
     read_host_facts,
     stage_options,
 )
-from envbuilder.cli.ui import Ui
+from envbuilder.cli.ui import Ui, results_table
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
 from envbuilder.resolve import engine_package
 from envbuilder.stages import all_stages
@@ -63,44 +62,124 @@ def cmd_pin(args: argparse.Namespace, ui: Ui) -> int:
 def _configure_watch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="only list the candidate releases")
     p.add_argument("--pre", action="store_true", help="include pre-releases")
+    p.add_argument("--only", action="append", metavar="VERSION", help="judge only these candidate releases")
+    p.add_argument("--keep-envs", action="store_true", help="keep each candidate's venv (~10 GB each) after its stages")
+    p.add_argument("--tolerance", type=float, default=0.10,
+                   help="speculation acceptance, decode tok/s and TTFT may be this much worse than the pin's")
     add_run_options(p)
 
 
 def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
+    import datetime
+    import shutil
+    import time
+
+    from packaging.version import Version
+
+    from envbuilder.engines import facts as facts_mod
+
     ws = Workspace(args.workdir)
     prov = pin.read_provenance(ws)
     m = matrix_mod.load(args.matrix)
     pinned = pin.pinned_cell(m, prov)
     package = engine_package(m, pinned)
+    axis = next(a for a, _ in pinned.packages if a.replace("_", "-") == package)
     cands = watch.candidates(m, ws, pinned, package, include_prereleases=args.pre)
+    every_version = [dict(c.packages)[axis] for c, _ in cands]  # flag history spans the releases not judged too
+    if args.only:
+        cands = [(c, w) for c, w in cands if dict(c.packages)[axis] in args.only]
     if args.dry_run or not cands:
-        rows = [{"cell": c.id, package: dict(c.packages)[next(a for a, _ in c.packages if a.replace('_', '-') == package)],
-                 "uploaded": when} for c, when in cands]  # fmt: skip
+        rows = [{"cell": c.id, package: dict(c.packages)[axis], "uploaded": when} for c, when in cands]
         if ui.json:
             ui.print_json({"pinned": prov["cell"], "candidates": rows})
         else:
             ui.out.print(f"pinned: {prov['cell']}")
             ui.out.print("\n".join(f"candidate: {r['cell']} (uploaded {r['uploaded']})" for r in rows) or "no newer release")
         return errors.EXIT_OK
-    baseline = (prov.get("baseline") or {}).get("decode_tokens_per_s")
-    ctx = RunContext(matrix=m, workspace=ws, host_facts=read_host_facts(args), options=replace(stage_options(args), baseline_speed=baseline))
-    results = run_pipeline(ctx, [c for c, _ in cands], all_stages(args))
+    baseline = dict(prov.get("baseline") or {})
+    args.drift = True  # resolve as of the release day and today, with the drift
+    ctx = RunContext(matrix=m, workspace=ws, host_facts=read_host_facts(args),
+                     options=replace(stage_options(args), baseline_speed=baseline.get("decode_tokens_per_s")))  # fmt: skip
+    gpu = bool(ctx.host_facts.gpus)
+    pinned_version = dict(pinned.packages)[axis]
+    launch = list(m.server.args)
+    index_url = m.resolve.indexes[0]
+    # the engine's own knowledge, read from each release's wheel (cached per version)
+    known: dict[str, facts_mod.EngineFacts] = {}
+    for v in [pinned_version, *every_version]:
+        try:
+            known[v] = facts_mod.facts_for(package, v, ws.cache, index_url)
+        except facts_mod.EngineFactsError as e:
+            ui.err.print(escape(f"{package} {v}: no engine facts ({e})"))
     pinned_versions = lock.read(pin.production_dir(ws) / "pylock.toml").versions()
-    out: list[dict[str, Any]] = []
-    for r in results:
-        lp = ws.locks(r.id) / "pylock.toml"
-        diff = lock.diff(pinned_versions, lock.read(lp).versions()) if lp.exists() else []
-        safe, reasons = watch.verdict(r)
-        out.append({"cell": r.id, "safe": safe, "reasons": reasons, "lock_diff": diff})
+    verdicts: list[watch.ReleaseVerdict] = []
+    results = []
+    summary_path = ws.root / "watch" / "summary.json"
+    judged = {dict(c.packages)[axis] for c, _ in cands}
+    earlier = watch.load_summary(summary_path)  # releases judged by an earlier run (--only) against the same pin
+    kept = [r for r in (earlier.releases if earlier and earlier.pinned_cell == prov["cell"] else ())
+            if r.version not in judged]  # fmt: skip
+    for cell, when in cands:
+        version = dict(cell.packages)[axis]
+        t0 = time.monotonic()
+        r = run_pipeline(ctx, [cell], all_stages(args))[0]
+        results.append(r)
+        verdict, reasons, fixes = watch.decide(r, gpu=gpu, baseline=baseline, tolerance=args.tolerance)
+        notes: list[str] = []
+        changes: list[str] = []
+        f = known.get(version)
+        if f is not None:
+            history = [h for hv, h in known.items() if Version(hv) < Version(version)]
+            check = facts_mod.check_flags(f, launch, history)
+            notes += [n.message for n in check.notes]
+            for prob in check.problems:
+                if prob.replacement:
+                    fixes.append(f"replace {prob.flag} with {prob.replacement}")
+                if not any(prob.flag in x for x in reasons):  # e.g. the build failed before the import stage's check
+                    reasons.append(f"flags ({f.wheel}): bad-flag — {prob.message}")
+            if check.problems and verdict != watch.BLOCKED:
+                verdict = watch.BLOCKED
+            if pinned_version in known:
+                moved = facts_mod.flag_changes(known[pinned_version], f)
+                used = {a.split("=", 1)[0] for a in launch if a.startswith("--")}
+                changes += [c for c in moved if c.split()[1] in used]
+        lp = ws.locks(cell.id) / "pylock.toml"
+        if lp.exists():
+            changes += watch.key_changes(pinned_versions, lock.read(lp).versions())
+        res = r.stage("resolve")
+        drift = len(res.details.get("drift", []) or []) if res is not None and "drift" in res.details else None
+        build = r.stage("build")
+        ran_with = None
+        imp = r.stage("import")
+        if imp is not None:
+            ran_with = (imp.details.get("probe") or {}).get("python")
+            lc = imp.details.get("launch_check") or {}
+            notes += [str(n) for n in lc.get("notes", [])][:5]
+        venv_gib = None
+        venv = ws.venvs(cell.id)
+        if build is not None and venv.exists():
+            venv_gib = round(sum(p.stat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink())
+                             / 2**30, 2)  # fmt: skip
+            if not args.keep_envs:
+                shutil.rmtree(venv, ignore_errors=True)
+        verdicts.append(watch.ReleaseVerdict(
+            version=version, cell=cell.id, uploaded=when, verdict=verdict, reasons=tuple(reasons),
+            fixes=tuple(dict.fromkeys(fixes)), changes=tuple(changes), notes=tuple(dict.fromkeys(notes)),
+            stages=tuple((s.name, s.status.value, s.reason.value) for s in r.stages), ran_with=ran_with,
+            duration_s=time.monotonic() - t0, venv_gib=venv_gib, drift=drift))  # fmt: skip
+        summary = watch.UpgradeSummary(package=package, pinned_cell=prov["cell"], pinned_version=pinned_version,
+                                       launch_args=tuple(launch), gpu=gpu,
+                                       releases=tuple(sorted([*kept, *verdicts], key=lambda r: Version(r.version))),
+                                       created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))  # fmt: skip
+        atomic.write_json(summary_path, summary.to_json())
     if ui.json:
-        ui.print_json({"pinned": prov["cell"], "releases": out})
+        ui.print_json(summary.to_json())
     else:
-        for o in out:
-            ui.out.print(f"{o['cell']}: {'safe to upgrade' if o['safe'] else 'NOT safe'}")
-            for why in o["reasons"]:
-                ui.out.print(f"  - {escape(why)}")
-            ui.out.print(f"  lock diff vs production: {len(o['lock_diff'])} package(s) differ")
-    return errors.EXIT_OK if all(o["safe"] for o in out) else errors.EXIT_CELLS_FAILED
+        ui.out.print(results_table(results, report.stage_columns(results)))
+        for line in summary.render():
+            ui.out.print(escape(line))
+        ui.out.print(f"summary: {summary_path}")
+    return errors.EXIT_OK if all(v.verdict == watch.SAFE_TO_UPGRADE for v in verdicts) else errors.EXIT_CELLS_FAILED
 
 
 COMMANDS = {

@@ -19,6 +19,12 @@ class Milestone:
     name: str
     pattern: re.Pattern[str]
     slow: bool = False  # the phase it begins may legitimately print nothing for long (graph capture)
+    needles: tuple[str, ...] = ()  # literal parts a matching line contains: checked first (cheap, no backtracking)
+
+    def search(self, line: str) -> re.Match[str] | None:
+        if not all(n in line for n in self.needles):
+            return None
+        return self.pattern.search(line)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +42,23 @@ class EngineSpec:
     ready: tuple[re.Pattern[str], ...]
     milestones: tuple[Milestone, ...]
     failures: tuple[FailurePattern, ...]
+
+
+def milestone_name(name: str, line: str) -> str:
+    """A graph-capture milestone named by what the line captures: ``draft_graph_capture_end`` for a draft
+    model's graphs (``Capture draft cuda graph end``, ``Capture draft decode CUDA graph end``),
+    ``prefill_graph_capture_begin`` for the target's prefill graph (0.5.14+), ``piecewise_*`` for ≤ 0.5.13's,
+    else ``graph_capture_*``."""
+    if not name.startswith("graph_capture_"):
+        return name
+    head = line[: line.find("graph")] if "graph" in line else line
+    if re.search(r"\bpiecewise\b", head):  # ≤ 0.5.13's prefill graphs, when one template prints both
+        return name.replace("graph_capture_", "piecewise_")
+    if re.search(r"\bdraft\b", head):
+        return ("draft_prefill_" if re.search(r"\bprefill\b", head) else "draft_") + name
+    if re.search(r"\bprefill\b", head):
+        return "prefill_" + name
+    return name
 
 
 def drop_flags(args: Sequence[str], unwanted: Callable[[str], bool]) -> list[str]:
@@ -63,16 +86,20 @@ SGLANG = EngineSpec(
     module="sglang.launch_server",
     ready=(_re(r"The server is fired up and ready to roll!"),),
     milestones=(
-        Milestone(name="torch_distributed", pattern=_re(r"Init torch distributed begin")),
+        # Hand-kept fallbacks covering 0.5.9-0.5.23, used when the release's own formats (engines/facts.py, read
+        # from its wheel) are not at hand; a graph-capture line is named by what it captures (milestone_name).
+        Milestone(name="torch_distributed", pattern=_re(r"Init (?:torch distributed|parallel) begin")),
         Milestone(name="load_weight_begin", pattern=_re(r"Load weight begin"), slow=True),
         Milestone(name="load_weight_end", pattern=_re(r"Load weight end\. elapsed=(?P<elapsed>[\d.]+) s")),
-        Milestone(name="kv_cache", pattern=_re(r"KV Cache is allocated\. #tokens: (?P<tokens>\d+)")),
+        Milestone(name="kv_cache",
+                  pattern=_re(r"(?:KV Cache is allocated|KV sizing: KV cache allocated)\. (?:dtype: \S+, )?"
+                              r"#tokens: (?P<tokens>\d+)")),
         Milestone(name="mamba_cache", pattern=_re(r"Mamba Cache is allocated")),
-        Milestone(name="graph_capture_begin", pattern=_re(r"Capture (?:cuda|.*CUDA) graph begin"), slow=True),
+        Milestone(name="graph_capture_begin", pattern=_re(r"Capture (?!piecewise)(?:[\w ]+ )?(?:cuda|CUDA) graph begin"),
+                  slow=True),
         Milestone(name="graph_capture_end",
-                  pattern=_re(r"Capture (?:cuda|CUDA) graph end\. Time elapsed: (?P<elapsed>[\d.]+) s")),
-        Milestone(name="draft_graph_capture_end",
-                  pattern=_re(r"Capture draft (?:cuda|CUDA) graph end\. Time elapsed: (?P<elapsed>[\d.]+) s")),
+                  pattern=_re(r"Capture (?!piecewise)(?:[\w ]+ )?(?:cuda|CUDA) graph end\. "
+                              r"(?:Time elapsed: |.*?elapsed=)(?P<elapsed>[\d.]+) s")),
         Milestone(name="piecewise_begin", pattern=_re(r"Capture piecewise CUDA graph begin"), slow=True),
         Milestone(name="piecewise_end",
                   pattern=_re(r"Capture piecewise CUDA graph end\. Time elapsed: (?P<elapsed>[\d.]+) s")),
