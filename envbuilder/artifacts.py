@@ -45,6 +45,11 @@ class BuiltEnvironment:
     image: str | None = None  # the image's tag
     image_id: str | None = None
 
+    @property
+    def on_this_machine(self) -> bool:
+        """A venv here (its interpreter runs directly), as opposed to an image."""
+        return self.kind == "venv"
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "python": self.python, "venv": self.venv, "image": self.image,
                 "image_id": self.image_id}  # fmt: skip

@@ -12,8 +12,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -269,11 +269,7 @@ class BuildStage:
         if old.status is not Status.PASS:
             return True
         env = old.artifact
-        if not isinstance(env, BuiltEnvironment):
-            return False
-        if env.kind == "image":
-            return image_exists(env.image or "")
-        return Path(env.python).exists()
+        return isinstance(env, BuiltEnvironment) and PRESENT[env.kind](env)
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         if ctx.matrix.server.command is not None:
@@ -283,29 +279,46 @@ class BuildStage:
         if not lock_path.exists():
             raise StageFailure(Status.ERROR, Reason.PREREQUISITE_FAILED, f"no lock at {lock_path}: run resolve first")
         chosen = self._effective(ctx, cell)
-        runner = chosen.name
-        if runner == "none":
+        if chosen.name == "none":
             raise StageFailure(Status.SKIP, Reason.DOCKER_UNAVAILABLE, chosen.why)
-        if runner == "venv":
-            resolved = prior.lock()
-            if ctx.options.find_links:
-                index_args = offline_index_args(ctx.options.find_links)
-            else:
-                index_args = list(resolved.index_args) if resolved else []
-            provided = provided_from(ctx)
-            details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
-                                 index_args, provided=provided, python=ctx.options.python,
-                                 env=ctx.matrix.build.env, run_dir=ctx.workspace.root / "run")  # fmt: skip
-            n = len(lock.read(lock_path).packages)
-            extra = ""
-            if "provided" in details:
-                pv = details["provided"]
-                extra = f" ({pv['count']} provided by {ctx.options.python or cell.python}"
-                extra += f"; {len(pv['notes'])} at another version than the lock's)" if pv["notes"] else ")"
-            fallback = f"; {chosen.why}" if chosen.why else ""
-            return StageResult(name=self.name, status=Status.PASS,
-                               message=f"venv with {n} packages at {details['venv']}{extra}{fallback}",
-                               details={**details, "runner": "venv", **({"fallback": chosen.why} if chosen.why else {})},
-                               artifact=BuiltEnvironment(kind="venv", python=str(details["python"]),
-                                                         venv=str(details["venv"])))  # fmt: skip
-        return build_image_stage(ctx, cell, lock_path, progress=progress_sink(ctx, cell.id, self.name))
+        result = BUILDERS[chosen.name](ctx, cell, prior, lock_path)
+        if chosen.why:  # built with the venv runner because no Docker engine answers here
+            result = replace(result, message=f"{result.message}; {chosen.why}",
+                             details={**result.details, "fallback": chosen.why})
+        return result
+
+
+def build_venv_stage(ctx: RunContext, cell: Cell, prior: CellResult, lock_path: Path) -> StageResult:
+    """The venv runner: a uv venv here, synced to the lock from the indexes it was resolved with."""
+    resolved = prior.lock()
+    if ctx.options.find_links:
+        index_args = offline_index_args(ctx.options.find_links)
+    else:
+        index_args = list(resolved.index_args) if resolved else []
+    provided = provided_from(ctx)
+    details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
+                         index_args, provided=provided, python=ctx.options.python,
+                         env=ctx.matrix.build.env, run_dir=ctx.workspace.root / "run")  # fmt: skip
+    n = len(lock.read(lock_path).packages)
+    extra = ""
+    if "provided" in details:
+        pv = details["provided"]
+        extra = f" ({pv['count']} provided by {ctx.options.python or cell.python}"
+        extra += f"; {len(pv['notes'])} at another version than the lock's)" if pv["notes"] else ")"
+    return StageResult(name="build", status=Status.PASS,
+                       message=f"venv with {n} packages at {details['venv']}{extra}",
+                       details={**details, "runner": "venv"},
+                       artifact=BuiltEnvironment(kind="venv", python=str(details["python"]),
+                                                 venv=str(details["venv"])))  # fmt: skip
+
+
+# The runners' registry: how a cell's environment is built ([build] runner), and how to tell it still exists.
+BUILDERS: dict[str, Callable[[RunContext, Cell, CellResult, Path], StageResult]] = {
+    "venv": build_venv_stage,
+    "docker": lambda ctx, cell, _prior, lock_path: build_image_stage(
+        ctx, cell, lock_path, progress=progress_sink(ctx, cell.id, "build")),
+}
+PRESENT: dict[str, Callable[[BuiltEnvironment], bool]] = {
+    "venv": lambda env: Path(env.python).exists(),
+    "image": lambda env: image_exists(env.image or ""),
+}

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import difflib
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envbuilder import dockerapi, engines, launchcheck, model
+from envbuilder import engines, launchcheck, model
 from envbuilder.artifacts import BuiltEnvironment
-from envbuilder.build import clean_env
+from envbuilder.backends import for_environment
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext
@@ -111,32 +110,7 @@ def run_in_env(env: BuiltEnvironment, argv: list[str], timeout_s: float, *, moun
                extra_env: Mapping[str, str] | None = None) -> tuple[int, str]:  # fmt: skip
     """Run ``python <argv...>`` in the cell's environment (venv or image, no GPU). ``mounts``: host folders the
     command reads, visible read-only at the same path inside a container; ``extra_env``: more variables."""
-    if env.kind == "venv":
-        cmd = [env.python, *argv]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
-                               env={**clean_env(Path(env.venv or Path(env.python).parent.parent)), **(extra_env or {})})  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return 124, f"timed out after {timeout_s:.0f} s"
-        return p.returncode, p.stdout + p.stderr
-    client = dockerapi.connect(timeout_s=int(timeout_s) + 30)
-    container = None
-    try:
-        container = client.containers.create(env.image or "", [env.python, *argv], labels={"envbuilder.cell": "import-smoke"},
-                                             environment=dict(extra_env or {}),
-                                             volumes={str(m): {"bind": str(m), "mode": "ro"} for m in mounts})  # fmt: skip
-        container.start()  # created first: a start Docker refuses still leaves a handle to remove
-        try:
-            code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
-        except Exception:
-            return 124, f"timed out after {timeout_s:.0f} s"
-        return code, container.logs().decode(errors="replace")
-    except dockerapi.sdk_errors() as e:
-        raise dockerapi.failure(e) from None
-    finally:
-        if container is not None:
-            container.remove(force=True)
-        client.close()
+    return for_environment(env).run_python(argv, timeout_s, mounts=mounts, extra_env=extra_env)
 
 
 def summary_line(error: str) -> str:
@@ -225,7 +199,7 @@ class ImportStage:
             return StageResult(name=self.name, status=Status.FAIL, reason=Reason.BAD_FLAG,
                                message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip
         launch_note = ""
-        if engine == "sglang":
+        if spec.launch_check:
             config = model.find_config(ctx.matrix.model, ctx.matrix.path.parent)
             if config is not None:  # SGLang's own argument checks against the model's config: seconds, no weights
                 args = launchcheck.launch_args(ctx.matrix)

@@ -19,17 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import engines
-from envbuilder.checks import SPEC_FLAGS, run_checks
+from envbuilder.backends import Backend, ExternalBackend, LocalBackend, for_environment
+from envbuilder.checks import run_checks
 from envbuilder.client import EngineClient, ready_probe
 from envbuilder.engines import EngineSpec
 from envbuilder.errors import InputError, StageFailure, did_you_mean
-from envbuilder.importcheck import run_in_env
 from envbuilder.matrix import NONE, Cell, Matrix
 from envbuilder.monitor import LaunchOutcome, LogLine, WatchLimits, watch
 from envbuilder.pipeline import RunContext
 from envbuilder.results import CellResult, Reason, StageResult, Status
-from envbuilder.runners import ExternalRunner, LocalRunner, ServerHandle, free_port
-from envbuilder.runners.docker import DockerRunner
+from envbuilder.runners import free_port
 
 SUITE_VERSION = 1
 
@@ -41,7 +40,7 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     base_url: str
-    runner: str  # "local" | "external" | "docker"
+    backend: Backend  # where it runs: this machine, the cell's image, or an external server
     model: str
     image: str | None = None
 
@@ -89,30 +88,27 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
     base_url = ctx.options.base_url or (m.server.base_url if m.server.command is None else None)
     env = {**os.environ, **m.server.env}
     if base_url:
-        return Launch(argv=[], env=env, base_url=str(base_url), runner="external", model=m.model.path)
+        return Launch(argv=[], env=env, base_url=str(base_url), backend=ExternalBackend(), model=m.model.path)
     port = m.server.port or free_port(host)
+    run_dir = ctx.workspace.root / "run"
     user_args = engines.drop_flags(m.server.args, lambda flag: flag in drop_args) + list(extra_args)
     if m.server.command is not None:  # [server] args are appended to a custom command
         model = resolve_model_path(m, python_runner(sys.executable))
         argv = [a.format(host=host, port=port, model=model) for a in m.server.command] + user_args
-        return Launch(argv=argv, env=env, base_url=m.server.base_url or f"http://{host}:{port}", runner="local",
-                      model=model)  # fmt: skip
+        return Launch(argv=argv, env=env, base_url=m.server.base_url or f"http://{host}:{port}",
+                      backend=LocalBackend(python=sys.executable, run_dir=run_dir), model=model)  # fmt: skip
     built = prior.environment()
     if built is None:
         raise StageFailure(Status.SKIP, Reason.PREREQUISITE_FAILED, "no built environment for this cell")
-    if built.kind == "venv":
-        python = built.python
-        model = resolve_model_path(m, python_runner(python))
-        argv = engines.launch_argv(spec, python, model, host, port, user_args, tp=m.model.tp,
-                                   context_length=_ctx_len(m))  # fmt: skip
-        return Launch(argv=argv, env=env, base_url=f"http://{host}:{port}", runner="local", model=model)
-    image = built.image or ""
-    model = resolve_model_path(m, lambda argv: run_in_env(built, argv, timeout_s=120))
-    in_image = "/model" if Path(model).exists() else model  # a local model is mounted at /model
-    argv = engines.launch_argv(spec, "python3", in_image, "0.0.0.0", port, user_args, tp=m.model.tp,
-                               context_length=_ctx_len(m))  # fmt: skip
-    return Launch(argv=argv, env=dict(m.server.env), base_url=f"http://{host}:{port}", runner="docker",
-                  model=model, image=image)  # fmt: skip
+    model = resolve_model_path(m, lambda argv: for_environment(built, run_dir=run_dir).run_python(argv, 120))
+    local_model = Path(model).exists()
+    backend = for_environment(built, run_dir=run_dir, labels={"envbuilder.cell": cell.id},
+                              model_dir=model if local_model else None,
+                              gpus=(m.model.tp or -1) if cell.cuda != NONE else None, driver=cell.driver)  # fmt: skip
+    python, bind, seen_model, server_env = backend.server_view(host, model, m.server.env)
+    argv = spec.launch_argv(python, seen_model, bind, port, user_args, tp=m.model.tp, context_length=_ctx_len(m))
+    return Launch(argv=argv, env=server_env, base_url=f"http://{host}:{port}", backend=backend, model=model,
+                  image=built.image)  # fmt: skip
 
 
 def release_spec(ctx: RunContext, cell: Cell) -> EngineSpec:
@@ -154,21 +150,12 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
     client = EngineClient(launch.base_url, timeout_s=m.smoke.request_timeout_s)
     limits = WatchLimits(startup_timeout_s=ctx.options.startup_timeout_s or m.server.startup_timeout_s,
                          stall_timeout_s=ctx.options.stall_timeout_s or m.server.stall_timeout_s)  # fmt: skip
-    if launch.runner == "external":
-        runner_cm: AbstractContextManager[ServerHandle] = ExternalRunner().start([], env=launch.env, base_url=launch.base_url, name=name)
-    elif launch.runner == "docker":
-        runner_cm = DockerRunner(labels={"envbuilder.cell": cell.id}).start(
-            launch.argv, env=launch.env, base_url=launch.base_url, name=f"{cell.id}-{name}", image=launch.image or "",
-            model_dir=launch.model if Path(launch.model).exists() else None,
-            gpus=(m.model.tp or -1) if cell.cuda != NONE else None, driver=cell.driver)
-    else:
-        runner_cm = LocalRunner(ctx.workspace.root / "run").start(launch.argv, env=launch.env,
-                                                                   base_url=launch.base_url, name=f"{cell.id}-{name}")  # fmt: skip
+    runner_cm = launch.backend.serve(launch.argv, env=launch.env, base_url=launch.base_url, name=f"{cell.id}-{name}")
     with log_path.open("w") as log, runner_cm as handle:
         log.write("CMD " + " ".join(launch.argv) + "\n")
         lines: list[str] = []
         outcome = watch(handle.events, spec, log=log, echo=echo, ready_check=lambda: ready_probe(client),
-                        http_only=launch.runner == "external", limits=limits, sink=lines)  # fmt: skip
+                        http_only=not launch.backend.logs, limits=limits, sink=lines)  # fmt: skip
         stop = threading.Event()
 
         def drain() -> None:  # after ready the server keeps logging (decode lines, token usage)
@@ -193,7 +180,7 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
 
 
 def needs_gpu(m: Matrix, cell: Cell) -> bool:
-    return m.server.engine == "sglang" and m.server.command is None and cell.cuda != NONE
+    return engines.engine(m.server.engine).needs_gpu and m.server.command is None and cell.cuda != NONE
 
 
 class SmokeStage:
@@ -228,12 +215,12 @@ class SmokeStage:
         launch = plan_launch(ctx, cell, prior)
 
         def reference() -> AbstractContextManager[Running]:  # the same cell without speculation, for smoke.spec
-            plain = plan_launch(ctx, cell, prior, drop_args=SPEC_FLAGS.get(m.server.engine, ()))
+            plain = plan_launch(ctx, cell, prior, drop_args=engines.engine(m.server.engine).spec_flags)
             return started(ctx, cell, plain, name="reference")
 
         with started(ctx, cell, launch, name="server", echo=self.echo) as srv:
             outcome, client = srv.outcome, srv.client
-            details: dict[str, Any] = {"launch": outcome.to_json(), "command": launch.argv, "runner": launch.runner,
+            details: dict[str, Any] = {"launch": outcome.to_json(), "command": launch.argv, "runner": launch.backend.name,
                                        "base_url": launch.base_url,
                                        "log": str(ctx.workspace.logs(cell.id) / "server.log")}  # fmt: skip
             if not outcome.ready:

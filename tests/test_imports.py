@@ -112,3 +112,23 @@ def test_envbuilder_has_no_import_cycles() -> None:
     graph = import_graph()
     assert graph.get("envbuilder.cli")
     assert cycles(graph) == []
+
+
+WHERE_AND_WHAT = {"sglang", "llama-cpp", "venv", "docker", "image", "external", "local"}
+REGISTRIES = {"envbuilder/engines/__init__.py", "envbuilder/backends.py", "envbuilder/build.py",
+              "envbuilder/artifacts.py"}  # artifacts: the storage boundary reads version-1 files' "runner"
+
+
+def test_no_branching_on_engine_or_runner_names_outside_the_registries() -> None:
+    """``x == "sglang"`` / ``runner == "docker"`` belong to the engine and backend registries, nowhere else."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel in REGISTRIES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
+                for side in (node.left, *node.comparators):
+                    if isinstance(side, ast.Constant) and side.value in WHERE_AND_WHAT:
+                        found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -37,11 +37,7 @@ class Server(Protocol):
 StartReference = Callable[[], AbstractContextManager[Server]]
 
 # flags that turn speculative decoding on, per engine; the losslessness reference launches without them
-SPEC_FLAGS = {
-    "sglang": ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
-               "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-draft-model-revision"),
-    "llama-cpp": ("--draft_model", "--draft_model_num_pred_tokens"),
-}  # fmt: skip
+SPEC_FLAGS = {e.name: e.spec_flags for e in engines.ENGINES.values()}
 
 
 _PRIORITY = [Reason.DEGENERATE, Reason.SPEC_LOSSY, Reason.GOLDEN_MISMATCH, Reason.LONG_CONTEXT_MISS,
@@ -65,7 +61,7 @@ def _result(name: str, status: Status, reason: Reason, message: str, **numbers: 
 def check_golden(ctx: RunContext, client: EngineClient, col: Collected) -> StageResult:
     ps = golden.load_prompt_set(ctx.matrix.smoke.golden, ctx.matrix.path.parent)
     t = time.monotonic()
-    answers = golden.ask_all(client, ps, seed=ctx.matrix.smoke.seed, engine=ctx.matrix.server.engine)
+    answers = golden.ask_all(client, ps, seed=ctx.matrix.smoke.seed, engine=engines.engine(ctx.matrix.server.engine))
     rows: list[dict[str, Any]] = []
     for a in answers:
         text = a.completion.text if a.completion else None
@@ -89,7 +85,7 @@ def check_golden(ctx: RunContext, client: EngineClient, col: Collected) -> Stage
 def check_degeneracy(ctx: RunContext, client: EngineClient, col: Collected) -> StageResult:
     if not col.texts:  # selected alone: generate from the golden prompts
         ps = golden.load_prompt_set(ctx.matrix.smoke.golden, ctx.matrix.path.parent)
-        for a in golden.ask_all(client, ps, seed=ctx.matrix.smoke.seed, engine=ctx.matrix.server.engine):
+        for a in golden.ask_all(client, ps, seed=ctx.matrix.smoke.seed, engine=engines.engine(ctx.matrix.server.engine)):
             if a.completion:
                 col.add(f"golden:{a.prompt.id}", a.completion.text, a.completion.finish_reason)
     verdicts: list[dict[str, Any]] = []
@@ -150,7 +146,7 @@ def check_spec(ctx: RunContext, client: EngineClient, col: Collected, start_refe
     info = engine_facts.server_info(client) or info
     accept = engine_facts.spec_accept_length(info, engine_facts.metrics(client) or mets)
     per_request = None
-    if m.server.engine == "sglang":
+    if engines.engine(m.server.engine).per_request_accept_length:
         try:
             meta = client.generate(prompts[0].prompt, max_new_tokens=32).get("meta_info", {})
             per_request = meta.get("spec_accept_length")

@@ -26,6 +26,7 @@ from typing import Any
 import requests
 
 from envbuilder.client import Completion, EngineClient
+from envbuilder.engines import EngineSpec
 from envbuilder.errors import InputError, did_you_mean
 
 _PROMPT_KEYS = ("id", "prompt", "system", "max_tokens", "stop", "thinking", "expect")
@@ -197,12 +198,12 @@ class Answer:
     error: str | None = None
 
 
-def ask_all(client: EngineClient, ps: PromptSet, *, seed: int, engine: str, workers: int = 4) -> list[Answer]:
+def ask_all(client: EngineClient, ps: PromptSet, *, seed: int, engine: EngineSpec, workers: int = 4) -> list[Answer]:
     """Every prompt, greedy, concurrently."""
 
     def one(p: Prompt) -> Answer:
         extra: dict[str, Any] = {}
-        if p.thinking is not None and engine == "sglang":
+        if p.thinking is not None and engine.thinking_switch:
             extra["chat_template_kwargs"] = {"enable_thinking": p.thinking}
         try:
             c = client.chat(p.messages(), max_tokens=p.max_tokens, seed=seed, stop=list(p.stop) or None, extra=extra)

@@ -39,7 +39,7 @@ def cmd_launch_check(args: argparse.Namespace, ui: Ui) -> int:
     else:
         r = Workspace(args.workdir).results.load(cell.id)
         built = r.environment() if r else None
-        if built is None or built.kind != "venv":
+        if built is None or not built.on_this_machine:
             raise errors.InputError("command line", "--python", "no venv for this cell: build it or pass --python")
         python = [built.python]
     verdict, probe = launchcheck.run(python, config, launchcheck.launch_args(m), env={**os.environ, **m.server.env})

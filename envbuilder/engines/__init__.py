@@ -1,8 +1,10 @@
-"""Engine adapters: how to launch a cell's server and how to read its start-up, behind one protocol.
+"""Engine adapters: how to launch a cell's server and how to read its start-up, one class per engine.
 
-An engine is data (:class:`EngineSpec`: ready line, milestones, failure patterns, version-specific
-flags) plus a few small functions. ``sglang`` is the production engine; ``llama-cpp`` runs on a
-CPU and is what the CPU test suite serves SmolLM2 with.
+An adapter (:class:`EngineSpec`) owns its launch command (:meth:`EngineSpec.launch_argv`), its flags (the
+speculative-decoding ones, whether SGLang's own argument checks apply), its log patterns (ready line,
+milestones) and its failure patterns. ``sglang`` is the production engine; ``llama-cpp`` runs on a CPU and is
+what the CPU test suite serves SmolLM2 with. :data:`ENGINES` is the registry: no code outside it branches on an
+engine's name.
 """
 
 from __future__ import annotations
@@ -36,12 +38,46 @@ class FailurePattern:
 
 @dataclass(frozen=True, kw_only=True)
 class EngineSpec:
+    """One engine: its package and module, log and failure patterns, flags, and how it is launched."""
+
     name: str
     package: str  # the distribution whose version decides flag differences
     module: str  # python -m <module>
     ready: tuple[re.Pattern[str], ...]
     milestones: tuple[Milestone, ...]
     failures: tuple[FailurePattern, ...]
+    spec_flags: tuple[str, ...] = ()  # flags that turn speculative decoding on (the reference launch drops them)
+    launch_check: bool = False  # its own argument checks can run without a GPU (envbuilder.launchcheck)
+    needs_gpu: bool = False  # its server needs a GPU unless the cell is a CPU cell
+    thinking_switch: bool = False  # chat_template_kwargs.enable_thinking turns reasoning on and off
+    per_request_accept_length: bool = False  # /generate's meta_info reports the speculative acceptance length
+
+    def launch_argv(self, python: str, model: str, host: str, port: int, user_args: Sequence[str], *, tp: int = 1,
+                    context_length: int | None = None) -> list[str]:  # fmt: skip
+        """The launch command for one cell; the user's ``[server] args`` pass through untouched, appended last."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangEngine(EngineSpec):
+    def launch_argv(self, python: str, model: str, host: str, port: int, user_args: Sequence[str], *, tp: int = 1,
+                    context_length: int | None = None) -> list[str]:  # fmt: skip
+        argv = [python, "-m", self.module, "--model-path", model, "--host", host, "--port", str(port)]
+        if tp > 1:
+            argv += ["--tp", str(tp)]
+        if context_length:
+            argv += ["--context-length", str(context_length)]
+        return [*argv, "--enable-metrics", *user_args]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaCppEngine(EngineSpec):
+    def launch_argv(self, python: str, model: str, host: str, port: int, user_args: Sequence[str], *, tp: int = 1,
+                    context_length: int | None = None) -> list[str]:  # fmt: skip
+        argv = [python, "-m", self.module, "--model", model, "--host", host, "--port", str(port)]
+        if context_length:
+            argv += ["--n_ctx", str(context_length)]
+        return [*argv, *user_args]
 
 
 def milestone_name(name: str, line: str) -> str:
@@ -80,8 +116,14 @@ def _re(p: str) -> re.Pattern[str]:
     return re.compile(p)
 
 
-SGLANG = EngineSpec(
+SGLANG = SGLangEngine(
     name="sglang",
+    spec_flags=("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
+                "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-draft-model-revision"),
+    launch_check=True,
+    needs_gpu=True,
+    thinking_switch=True,
+    per_request_accept_length=True,
     package="sglang",
     module="sglang.launch_server",
     ready=(_re(r"The server is fired up and ready to roll!"),),
@@ -119,8 +161,9 @@ SGLANG = EngineSpec(
     ),
 )
 
-LLAMA_CPP = EngineSpec(
+LLAMA_CPP = LlamaCppEngine(
     name="llama-cpp",
+    spec_flags=("--draft_model", "--draft_model_num_pred_tokens"),
     package="llama-cpp-python",
     module="llama_cpp.server",
     ready=(_re(r"Uvicorn running on"),),
@@ -144,19 +187,5 @@ def engine(name: str) -> EngineSpec:
 
 def launch_argv(spec: EngineSpec, python: str, model: str, host: str, port: int, user_args: Sequence[str],
                 *, tp: int = 1, context_length: int | None = None) -> list[str]:
-    """The launch command of an engine for one cell.
-
-    The user's ``[server] args`` pass through untouched (appended last), so the import stage can report them.
-    """
-    if spec.name == "sglang":
-        argv = [python, "-m", spec.module, "--model-path", model, "--host", host, "--port", str(port)]
-        if tp > 1:
-            argv += ["--tp", str(tp)]
-        if context_length:
-            argv += ["--context-length", str(context_length)]
-        argv += ["--enable-metrics"]
-    else:
-        argv = [python, "-m", spec.module, "--model", model, "--host", host, "--port", str(port)]
-        if context_length:
-            argv += ["--n_ctx", str(context_length)]
-    return argv + list(user_args)
+    """The launch command of ``spec``'s engine for one cell (see :meth:`EngineSpec.launch_argv`)."""
+    return spec.launch_argv(python, model, host, port, user_args, tp=tp, context_length=context_length)
