@@ -192,7 +192,7 @@ class ImportStage:
         problems, notes = check_flags(ctx.matrix.server.args, options)
         details.update({"options": len(options), "flag_notes": notes, "flag_problems": problems})
         version = probe["modules"].get(mods[0], {}).get("version")
-        if engine == "sglang" and version:  # the release's wheel: a gone flag's replacement; the smoke's log formats
+        if spec.wheel_facts and version:  # the release's wheel: a gone flag's replacement; the smoke's log formats
             problems, fixes = explain_flags(ctx, spec.package, str(version), problems)
             details["fixes"] = fixes
         if problems:

@@ -119,7 +119,7 @@ def release_spec(ctx: RunContext, cell: Cell) -> EngineSpec:
 
     spec = engines.engine(ctx.matrix.server.engine)
     version = cell.requirements().get(spec.package)
-    known = facts.cached(spec.package, version, ctx.workspace.cache) if spec.name == "sglang" and version else None
+    known = facts.cached(spec.package, version, ctx.workspace.cache) if spec.wheel_facts and version else None
     if known is None:
         return spec
     derived: EngineSpec = facts.engine_spec(spec, known)

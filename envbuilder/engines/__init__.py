@@ -51,6 +51,7 @@ class EngineSpec:
     needs_gpu: bool = False  # its server needs a GPU unless the cell is a CPU cell
     thinking_switch: bool = False  # chat_template_kwargs.enable_thinking turns reasoning on and off
     per_request_accept_length: bool = False  # /generate's meta_info reports the speculative acceptance length
+    wheel_facts: bool = False  # its flags and log formats can be read from its release's wheel (engines.facts)
 
     def launch_argv(self, python: str, model: str, host: str, port: int, user_args: Sequence[str], *, tp: int = 1,
                     context_length: int | None = None) -> list[str]:  # fmt: skip
@@ -124,6 +125,7 @@ SGLANG = SGLangEngine(
     needs_gpu=True,
     thinking_switch=True,
     per_request_accept_length=True,
+    wheel_facts=True,
     package="sglang",
     module="sglang.launch_server",
     ready=(_re(r"The server is fired up and ready to roll!"),),
