@@ -15,7 +15,7 @@ shot() {  # PAGE PNG HEIGHT
 }
 envbuilder --workdir "$1" --matrix /nonexistent.toml report --format html --output "$tmp/matrix.html" || true
 sed -i 's|<h2>Cells</h2>.*||; s|<details|<details hidden|g' "$tmp/matrix.html"   # the matrix alone
-shot "$tmp/matrix.html" docs/report-matrix.png "${MATRIX_HEIGHT:-470}"
+shot "$tmp/matrix.html" docs/report-matrix.png "${MATRIX_HEIGHT:-520}"
 envbuilder --workdir "$2" --matrix /nonexistent.toml report --format html --expand --output "$2/reports/expanded.html" || true
 sed -i '/<h2>Matrix<\/h2>/,/<h2>Cells<\/h2>/{/<h2>Cells<\/h2>/!d}' "$2/reports/expanded.html"   # the cell alone
 shot "$2/reports/expanded.html" docs/report-cell.png "${CELL_HEIGHT:-1500}"
