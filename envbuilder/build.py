@@ -23,6 +23,7 @@ from envbuilder.errors import StageFailure
 from envbuilder.images import build_image_stage, image_exists
 from envbuilder.matrix import Cell
 from envbuilder.pipeline import RunContext, progress_sink
+from envbuilder.redact import restore_urls
 from envbuilder.results import CellResult, Reason, StageResult, Status
 from envbuilder.runners import run_group
 from envbuilder.uvbin import uv_bin
@@ -269,7 +270,7 @@ class BuildStage:
         if old.status is not Status.PASS:
             return True
         env = old.artifact
-        return isinstance(env, BuiltEnvironment) and PRESENT[env.kind](env)
+        return isinstance(env, BuiltEnvironment) and own_environment(ctx, cell, env) and PRESENT[env.kind](env)
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         if ctx.matrix.server.command is not None:
@@ -294,7 +295,9 @@ def build_venv_stage(ctx: RunContext, cell: Cell, prior: CellResult, lock_path: 
     if ctx.options.find_links:
         index_args = offline_index_args(ctx.options.find_links)
     else:
-        index_args = list(resolved.index_args) if resolved else []
+        # stored redacted: the credentials come back from the matrix, never from a result file
+        stored = list(resolved.index_args) if resolved else []
+        index_args = restore_urls(stored, [*ctx.matrix.resolve.indexes, *ctx.matrix.resolve.find_links])
     provided = provided_from(ctx)
     details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
                          index_args, provided=provided, python=ctx.options.python,
@@ -318,6 +321,14 @@ BUILDERS: dict[str, Callable[[RunContext, Cell, CellResult, Path], StageResult]]
     "docker": lambda ctx, cell, _prior, lock_path: build_image_stage(
         ctx, cell, lock_path, progress=progress_sink(ctx, cell.id, "build")),
 }
+def own_environment(ctx: RunContext, cell: Cell, env: BuiltEnvironment) -> bool:
+    """Whether ``env`` is one this workdir builds for ``cell`` (a stored result may come from elsewhere, by
+    merge): a venv under ``<workdir>/venvs/<cell>``, an image tagged ``envbuilder/<cell>:…``."""
+    if env.kind == "image":
+        return (env.image or "").startswith(f"envbuilder/{cell.id.lower()}:")
+    return Path(env.python).parent.resolve().is_relative_to(ctx.workspace.venvs(cell.id).resolve())
+
+
 PRESENT: dict[str, Callable[[BuiltEnvironment], bool]] = {
     "venv": lambda env: Path(env.python).exists(),
     "image": lambda env: image_exists(env.image or ""),

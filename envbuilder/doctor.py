@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import platform
 import re
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbuilder import validate
 from envbuilder.errors import InputError, did_you_mean
 
 SCHEMA = 1
@@ -232,12 +232,7 @@ _STR_FIELDS = {"driver.kernel_module", "driver.userspace", "driver.cuda_supporte
 def load_facts(path: Path) -> dict[str, Any]:
     """Read ``--host-facts``: full doctor output or a minimal hand-written subset."""
     where = str(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(where, None, "file not found") from None
-    except (OSError, ValueError) as e:
-        raise InputError(where, None, f"not JSON ({e})") from None
+    data = validate.load_json(path)
     if not isinstance(data, dict):
         raise InputError(where, None, "must be a JSON object")
     known = {"schema", "collected_at", "hostname", "machine", "gpus", "driver", "glibc", "os", "docker",
@@ -248,10 +243,15 @@ def load_facts(path: Path) -> dict[str, Any]:
     driver = data.get("driver", {})
     if not isinstance(driver, dict):
         raise InputError(where, "driver", "must be an object")
-    for key in ("kernel_module", "userspace", "cuda_supported"):
-        if key in driver and not isinstance(driver[key], str):
-            raise InputError(where, f"driver.{key}", "must be a string such as \"580.126.09\"")
-    if "glibc" in data and data["glibc"] is not None and not isinstance(data["glibc"], str):
+    for key, pattern, example in (("kernel_module", validate.DRIVER, "580.126.09"),
+                                  ("userspace", validate.DRIVER, "580.126.09"),
+                                  ("cuda_supported", validate.CUDA, "13.0")):  # fmt: skip
+        if driver.get(key) is not None and not validate.full(pattern, driver[key]):
+            raise InputError(where, f"driver.{key}", f"must be a version string such as \"{example}\"")
+    versions = driver.get("userspace_versions", [])
+    if not isinstance(versions, list) or not all(validate.full(validate.DRIVER, v) for v in versions):
+        raise InputError(where, "driver.userspace_versions", "must be a list of versions such as \"580.126.09\"")
+    if data.get("glibc") is not None and not validate.full(validate.GLIBC, data["glibc"]):
         raise InputError(where, "glibc", "must be a string such as \"2.35\"")
     gpus = data.get("gpus", [])
     if not isinstance(gpus, list):
@@ -259,10 +259,11 @@ def load_facts(path: Path) -> dict[str, Any]:
     for i, g in enumerate(gpus):
         if not isinstance(g, dict):
             raise InputError(where, f"gpus[{i}]", "must be an object")
-        if "memory_mib" in g and (isinstance(g["memory_mib"], bool) or not isinstance(g["memory_mib"], int | float)):
-            raise InputError(where, f"gpus[{i}].memory_mib", "must be a number")
+        mem = g.get("memory_mib")
+        if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int | float) or not 0 <= mem < 2**40):
+            raise InputError(where, f"gpus[{i}].memory_mib", "must be a number of MiB")
         cc = g.get("compute_capability")
-        if cc is not None and not (isinstance(cc, str) and re.fullmatch(r"\d+\.\d+", cc)):
+        if cc is not None and not validate.full(validate.COMPUTE_CAPABILITY, cc):
             raise InputError(where, f"gpus[{i}].compute_capability", "must be a string such as \"8.6\"")
     data.setdefault("gpus", [])
     data.setdefault("driver", {})

@@ -44,10 +44,10 @@ class InputError(EnvbuilderError):
     exit_code = EXIT_INPUT
 
     def __init__(self, where: str, key: str | None, problem: str) -> None:
-        self.where = where
-        self.key = key
-        self.problem = problem
-        super().__init__(f"{where}: {key}: {problem}" if key else f"{where}: {problem}")
+        self.where = one_line(where, 300)
+        self.key = one_line(key, 200) if key is not None else None
+        self.problem = one_line(problem, 600)
+        super().__init__(f"{self.where}: {self.key}: {self.problem}" if key else f"{self.where}: {self.problem}")
 
 
 class StageFailure(EnvbuilderError):
@@ -67,6 +67,13 @@ class StageFailure(EnvbuilderError):
         self.message = message
         self.details = details or {}
         super().__init__(message)
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` as one printable line: control characters escaped (``\\n``), cut at ``limit`` characters."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 import jinja2
 
-from envbuilder import __version__, atomic, dockerapi, layers, lock
+from envbuilder import __version__, atomic, dockerapi, layers, lock, validate
 from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.errors import StageFailure
 from envbuilder.layers import Layer
@@ -101,6 +101,10 @@ def render_layers(cell: Cell, lock_path: Path, out_dir: Path, *, base: str, buil
                   install_env: dict[str, str] | None = None) -> Rendered:  # fmt: skip
     """Write the stack context (``<out_dir>/../_stack/<key>/``) and the cell's context (Dockerfile, heavy.txt,
     pylock.toml, uv); both tags are content hashes of what they install."""
+    # the sink checks again what the matrix loader refused: nothing unquoted reaches a Dockerfile
+    validate.image_reference(base, "Dockerfile", "base_image")
+    for k in install_env or {}:
+        validate.env_key(k, "Dockerfile", f"env.{k[:40]!r}")
     lk = lock.read(lock_path)
     parts = layers.split(lk)
     stack, heavy, kernels = parts.stack, parts.heavy, parts.kernels

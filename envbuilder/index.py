@@ -10,8 +10,10 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,10 +32,15 @@ from envbuilder import atomic
 
 ACCEPT = "application/vnd.pypi.simple.v1+json"
 _MEMO_LOCK = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 class IndexUnreachable(Exception):
-    """The index did not answer (after retries)."""
+    """The index did not answer (after retries), or answered something that is not a package index."""
+
+
+NOT_AN_INDEX = "the index answered something that is not a package index"
+MAX_ANSWER_BYTES = 256 * 2**20
 
 
 class ProjectNotFound(Exception):
@@ -59,8 +66,32 @@ class SimpleIndex:
         self.cache_dir = cache_dir
         self.retries = retries
         self.backoff_s = backoff_s
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # the whole request, answer included (not per read: a drip never ends)
         self.session = requests.Session()
+
+    def _get(self, url: str, headers: dict[str, str], method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+        """One request whose every part — connect, headers, body — ends within ``timeout_s`` in all."""
+        deadline = time.monotonic() + self.timeout_s
+        with self.session.request(method, url, headers=headers, stream=True, timeout=(self.timeout_s, self.timeout_s)) as r:
+            body = bytearray()
+            if method == "GET" and r.status_code in (200, 404):
+                while chunk := r.raw.read1(64 * 1024, decode_content=True):  # whatever arrived: no waiting to fill
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise requests.Timeout(f"no complete answer within {self.timeout_s:.0f} s")
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise IndexUnreachable(f"{url}: {NOT_AN_INDEX} (over {MAX_ANSWER_BYTES >> 20} MiB)")
+            if time.monotonic() > deadline:
+                raise requests.Timeout(f"no complete answer within {self.timeout_s:.0f} s")
+            return r.status_code, dict(r.headers), bytes(body)
+
+    def is_index(self) -> bool:
+        """Whether the index's root answers at all (a project's 404 from a dead or wrong URL is not a verdict)."""
+        try:
+            code, _, _ = self._get(f"{self.url}/", {"Accept": ACCEPT}, method="HEAD")
+        except (requests.RequestException, IndexUnreachable):
+            return False
+        return code not in (404, 410)
 
     def project(self, name: str) -> dict[str, Any]:
         """The project page as JSON (``files``, ``versions``, ``meta``)."""
@@ -70,10 +101,7 @@ class SimpleIndex:
         cached: dict[str, Any] | None = None
         headers = {"Accept": ACCEPT}
         if cache is not None and cache.exists():
-            try:
-                cached = json.loads(cache.read_text())
-            except ValueError:
-                cached = None
+            cached = _read_cache(cache, lambda d: isinstance(d.get("etag"), str) and _is_project_page(d.get("body")))
             if cached and cached.get("etag"):
                 headers["If-None-Match"] = cached["etag"]
         last: Exception | None = None
@@ -81,26 +109,31 @@ class SimpleIndex:
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                r = self.session.get(url, headers=headers, timeout=self.timeout_s)
+                code, got_headers, raw = self._get(url, headers)
             except requests.RequestException as e:
                 last = e
                 continue
-            if r.status_code == 304 and cached is not None:
+            if code == 304 and cached is not None:
                 body: dict[str, Any] = cached["body"]
                 return body
-            if r.status_code == 404:
+            if code == 404:
+                if not self.is_index():
+                    raise IndexUnreachable(f"{self.url}: {NOT_AN_INDEX} (404 for the whole index)")
                 raise ProjectNotFound(f"{name} is not on {self.url}")
-            if r.status_code >= 500 or r.status_code == 429:
-                last = IndexUnreachable(f"{url} answered {r.status_code}")
+            if code >= 500 or code == 429:
+                last = IndexUnreachable(f"{url} answered {code}")
                 continue
-            if r.status_code != 200:
-                raise IndexUnreachable(f"{url} answered {r.status_code}")
+            if code != 200:
+                raise IndexUnreachable(f"{url} answered {code}")
             try:
-                body = r.json()
-            except ValueError:
-                raise IndexUnreachable(f"{url} did not answer PEP 691 JSON") from None
+                body = json.loads(raw)
+            except (ValueError, RecursionError):
+                body = {}
+            if not _is_project_page(body):
+                kind = got_headers.get("Content-Type", "?").split(";")[0]
+                raise IndexUnreachable(f"{url}: {NOT_AN_INDEX} ({kind}, not a PEP 691 project page)")
             if cache is not None:
-                atomic.write_json(cache, {"etag": r.headers.get("ETag", ""), "body": body})
+                atomic.write_json(cache, {"etag": got_headers.get("ETag", ""), "body": body})
             return body
         raise IndexUnreachable(f"{url}: {last}")
 
@@ -114,7 +147,7 @@ class SimpleIndex:
             ut = f.get("upload-time")
             out.append(IndexFile(
                 filename=f["filename"], url=f.get("url", ""), version=version,
-                upload_time=datetime.datetime.fromisoformat(ut.replace("Z", "+00:00")) if ut else None,
+                upload_time=_time(ut),
                 platform_tags=tags, yanked=bool(f.get("yanked", False)),
             ))  # fmt: skip
         return out
@@ -128,8 +161,7 @@ class SimpleIndex:
         key = f"{self.url} {canonicalize_name(name)} {version}"
         known: dict[str, str | None] = {}
         if memo is not None and memo.exists():
-            with contextlib.suppress(ValueError):
-                known = json.loads(memo.read_text())
+            known = _read_cache(memo, _is_release_times) or {}
         if key in known:
             v = known[key]
             return datetime.datetime.fromisoformat(v) if v else None
@@ -141,10 +173,7 @@ class SimpleIndex:
         when = max(times) if times else None
         if memo is not None:
             with _MEMO_LOCK:
-                current: dict[str, str | None] = {}
-                if memo.exists():
-                    with contextlib.suppress(ValueError):
-                        current = json.loads(memo.read_text())
+                current: dict[str, str | None] = (_read_cache(memo, _is_release_times) or {}) if memo.exists() else {}
                 current[key] = when.isoformat() if when else None
                 atomic.write_json(memo, current)
         return when
@@ -171,6 +200,43 @@ class SimpleIndex:
         if self.cache_dir is None:
             return None
         return self.cache_dir / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".json")
+
+
+def _is_project_page(body: object) -> bool:
+    """A PEP 691 project page: an object whose ``files`` is a list of objects with a ``filename``."""
+    if not isinstance(body, dict) or not isinstance(body.get("files"), list):
+        return False
+    return all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in body["files"])
+
+
+def _time(text: object) -> datetime.datetime | None:
+    """An index's ``upload-time``; anything else is treated as not given."""
+    if not isinstance(text, str) or len(text) > 40:
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=datetime.UTC)
+
+
+def _is_release_times(d: dict[str, Any]) -> bool:
+    return all(v is None or _time(v) is not None for v in d.values())
+
+
+def _read_cache(path: Path, valid: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """A cache file envbuilder wrote, or None: unreadable or of the wrong shape, it is named, removed and rebuilt."""
+    try:
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and valid(data):
+            return data
+        problem = "not the expected shape"
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        problem = f"unreadable ({type(e).__name__})"
+    log.warning("cache file %s is %s; removed, it will be rebuilt", path, problem)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return None
 
 
 def _parse_filename(filename: str) -> tuple[Version, tuple[str, ...]] | None:

@@ -17,6 +17,7 @@ import fnmatch
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 import types
@@ -31,6 +32,7 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import validate
 from envbuilder.errors import InputError, did_you_mean
 
 PLATFORM_AXES = ("cuda", "driver", "os", "python")
@@ -41,10 +43,7 @@ HOST = "host"
 # Short names used in cell ids; any other axis uses its own name with '_' -> '-'.
 _ID_PREFIX = {"flash_attn_4": "fa4", "llama_cpp_python": "llamacpp", "sglang": "sglang"}
 
-_CUDA_RE = re.compile(r"^\d{2}\.\d{1,2}$")
-_DRIVER_RE = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
-_PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
-_AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+MAX_CELLS = 256  # GitHub's jobs per matrix; `--max-cells` raises it
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9.+-]")
 
 def platforms() -> dict[str, dict[str, str]]:
@@ -230,9 +229,17 @@ class Matrix:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def cells(self) -> tuple[Cell, ...]:
-        """Expand the axes with GitHub Actions ``include``/``exclude`` semantics."""
+        """Expand the axes with GitHub Actions ``include``/``exclude`` semantics (at most :data:`MAX_CELLS`)."""
+        limit = MAX_CELLS
+        product = math.prod(len(v) for _, v in self.axes) if self.axes else 0
+        if product > limit * 64:  # refused before anything is built: excludes cannot bring this down cheaply
+            raise InputError(str(self.path), "[matrix]", f"the axes multiply to {product} combinations; at most "
+                             f"{limit} cells (GitHub's jobs per matrix) unless --max-cells raises it")  # fmt: skip
         combos = expand_combinations(dict(self.axes), [dict(e) for e in self.exclude],
                                      [dict(i) for i in self.include])  # fmt: skip
+        if len(combos) > limit:
+            raise InputError(str(self.path), "[matrix]", f"expands to {len(combos)} cells; at most {limit} "
+                             "(GitHub's jobs per matrix) unless --max-cells raises it")  # fmt: skip
         cells: list[Cell] = []
         seen: dict[str, int] = {}
         for n, combo in enumerate(combos):
@@ -338,7 +345,7 @@ def parse(data: Mapping[str, Any], *, where: str, path: Path | None = None) -> M
 
 def _axis_values(name: str, values: Any, where: str) -> tuple[str, ...]:
     key = f"[matrix].{name}"
-    if not _AXIS_NAME_RE.match(name):
+    if not validate.full(validate.AXIS_NAME, name):
         raise InputError(where, key, "axis names are letters, digits and '_'")
     if not isinstance(values, list):
         raise InputError(where, key, f"must be a list of strings, got {_tname(values)}")
@@ -356,12 +363,13 @@ def _axis_values(name: str, values: Any, where: str) -> tuple[str, ...]:
 def check_axis_value(axis: str, value: Any, where: str, key: str) -> None:
     """Raise :class:`InputError` unless ``value`` is valid for ``axis``."""
     if not isinstance(value, str):
-        raise InputError(where, key, f"{value!r} must be a string (write it in quotes)")
+        raise InputError(where, key, f"{repr(value)[:80]} must be a string (write it in quotes)")
+    validate.short(value, where, key)
     if axis == "cuda":
-        if value != NONE and not _CUDA_RE.match(value):
+        if value != NONE and not validate.full(validate.CUDA, value):
             raise InputError(where, key, f"{value!r} is not a CUDA version (e.g. \"12.8\", \"13.0\", \"none\")")
     elif axis == "driver":
-        if value != HOST and not _DRIVER_RE.match(value):
+        if value != HOST and not validate.full(validate.DRIVER, value):
             raise InputError(where, key, f"{value!r} is not a driver version (\"host\" or e.g. \"580.126.09\")")
     elif axis == "os":
         table = platforms()
@@ -369,12 +377,14 @@ def check_axis_value(axis: str, value: Any, where: str, key: str) -> None:
             raise InputError(where, key, f"{value!r} is not a known OS{did_you_mean(value, table)}; "
                              f"known: {', '.join(table)}")  # fmt: skip
     elif axis == "python":
-        if not _PYTHON_RE.match(value):
+        if not validate.full(validate.PYTHON, value):
             raise InputError(where, key, f"{value!r} is not a Python version (e.g. \"3.12\")")
     elif value not in (RESOLVER, NONE):
         try:
+            if not value.isascii() or not value.isprintable():
+                raise InvalidVersion(value)
             v = Version(value)
-        except InvalidVersion:
+        except (InvalidVersion, ValueError):
             raise InputError(where, key, f"{value!r} is not an exact version, \"resolver\" or \"none\"") from None
         if str(v) != value and value.lstrip("v") != str(v):
             raise InputError(where, key, f"{value!r} is not in normal form; write {str(v)!r}")
@@ -491,8 +501,21 @@ def _check_sections(m: Matrix, where: str) -> None:
                 raise InputError(where, f"[build].runners.{selector!r}",
                                  f"no axis {axis!r}{did_you_mean(axis, [*m.package_axes, *PLATFORM_AXES])}")  # fmt: skip
     for name in ("min_spec_accept_length", "perf_tolerance", "spec_min_identical"):
-        if getattr(m.smoke, name) < 0:
-            raise InputError(where, f"[smoke].{name}", "must not be negative")
+        validate.non_negative(getattr(m.smoke, name), where, f"[smoke].{name}")
+    validate.port(m.server.port, where, "[server].port")
+    for section, name in (("server", "startup_timeout_s"), ("server", "stall_timeout_s"),
+                          ("smoke", "request_timeout_s"), ("resolve", "timeout_s"), ("smoke", "speed_max_tokens"),
+                          ("smoke", "spec_match_tokens"), ("smoke", "needle_digits")):  # fmt: skip
+        validate.positive(getattr(getattr(m, section), name), where, f"[{section}].{name}")
+    validate.non_negative(m.resolve.jobs, where, "[resolve].jobs")
+    for name in ("concurrency", "long_context"):
+        for i, n in enumerate(getattr(m.smoke, name)):
+            validate.positive(n, where, f"[smoke].{name}[{i}]")
+    if m.build.base_image is not None:
+        validate.image_reference(m.build.base_image, where, "[build].base_image")
+    for section, env in (("build", m.build.env), ("server", m.server.env)):
+        for k in env:
+            validate.env_key(k, where, f"[{section}].env.{k[:40]!r}")
 
 
 # --------------------------------------------------------------------------------------------

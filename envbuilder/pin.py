@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import datetime
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from envbuilder import __version__, atomic, lock
+from envbuilder import __version__, atomic, children, lock
 from envbuilder.errors import InputError
 from envbuilder.matrix import Cell, Matrix
 from envbuilder.pipeline import STAGE_ORDER, RunContext, Workspace
@@ -82,15 +80,13 @@ def check_pin(ctx: RunContext, cell: Cell) -> list[dict[str, str | None]]:
     pinned = lock.read(production_dir(ctx.workspace) / "pylock.toml")
     when, _ = as_of_date(ctx, cell)
     req = build_request(ctx.matrix, cell, when)
-    tmp = Path(tempfile.mkdtemp(prefix="eb-pin-check-"))
-    try:
-        res = compile_lock(req, tmp / "pylock.toml", timeout_s=ctx.matrix.resolve.timeout_s)
+    with children.temp_dir(ctx.workspace.root, "pin-check") as tmp:
+        res = compile_lock(req, tmp / "pylock.toml", timeout_s=ctx.matrix.resolve.timeout_s,
+                           workdir=ctx.workspace.root)  # fmt: skip
         if res.lock is None:
             last = res.stderr.strip().splitlines()[-1:] or ["?"]
             return [{"name": "(resolution failed)", "old": None, "new": last[0]}]
         return lock.diff(pinned.versions(), res.lock.versions())
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def pinned_cell(m: Matrix, prov: dict[str, Any]) -> Cell:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from envbuilder import __version__
+from envbuilder import __version__, children, validate
 from envbuilder.artifacts import HostFacts
 from envbuilder.errors import StageFailure
 from envbuilder.matrix import Cell, Matrix
@@ -43,16 +43,21 @@ class Workspace:
         return ResultStore(self.root / "results")
 
     def locks(self, cell_id: str) -> Path:
-        return self.root / "locks" / cell_id
+        return self._cell_dir("locks", cell_id)
 
     def images(self, cell_id: str) -> Path:
-        return self.root / "images" / cell_id
+        return self._cell_dir("images", cell_id)
 
     def logs(self, cell_id: str) -> Path:
-        return self.root / "logs" / cell_id
+        return self._cell_dir("logs", cell_id)
 
     def venvs(self, cell_id: str) -> Path:
-        return self.root / "venvs" / cell_id
+        return self._cell_dir("venvs", cell_id)
+
+    def _cell_dir(self, kind: str, cell_id: str) -> Path:
+        """``<workdir>/<kind>/<cell-id>``: an id is checked, and the path must stay under the workdir."""
+        validate.cell_id(cell_id, str(self.root / kind), "cell id")
+        return validate.under(self.root, kind, cell_id)
 
     @property
     def reports(self) -> Path:
@@ -98,6 +103,7 @@ class RunOptions:
     cuda_index: str | None = None  # the per-CUDA index template (default: resolve's)
     retries: int | None = None  # index retries (default: per call site)
     backoff_s: float = 1.0
+    index_timeout_s: float = 30.0  # one index request, answer included (an overall deadline, not per read)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,6 +221,8 @@ def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]
     lock = threading.Lock()
     current: dict[str, CellResult] = {}
     names = {s.name for s in stages}
+    children.STOPPING.clear()
+    children.clean_stale_temp(ctx.workspace.root)
     for cell in cells:
         prior = store.load(cell.id) or CellResult(id=cell.id, axes=cell.axes)
         if prior.hash and prior.hash != cell.hash:
@@ -227,6 +235,8 @@ def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]
         def one(cell: Cell, stage: Stage = stage) -> None:
             ctx.events(StageEvent(cell_id=cell.id, stage=stage.name))
             result, cached = run_stage_for_cell(stage, ctx, cell, current[cell.id])
+            if children.STOPPING.is_set():  # computed while the run is being stopped: never stored
+                raise children.Interrupted
             with lock:
                 updated = current[cell.id]  # a reused stage is stored already, its checks too
                 if not cached:  # a re-run's checks replace the stored ones; stored once, as stages of their own
@@ -239,12 +249,20 @@ def run_pipeline(ctx: RunContext, cells: Sequence[Cell], stages: Sequence[Stage]
             ctx.events(StageEvent(cell_id=cell.id, stage=stage.name, result=result, cached=cached))
 
         workers = max(1, min(stage.max_workers, len(cells)))
-        if workers == 1:
-            for cell in cells:
-                one(cell)
-        else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"eb-{stage.name}") as pool:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"eb-{stage.name}") if workers > 1 else None
+        try:
+            if pool is None:
+                for cell in cells:
+                    one(cell)
+            else:
                 list(pool.map(one, cells))
+        except BaseException:
+            # Ctrl-C / SIGTERM (or a bug): stop every child now, store nothing more, keep what is stored
+            children.stop_all()
+            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
     return [current[c.id] for c in cells]
 
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 import datetime
 import re
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder import atomic, lock
+from envbuilder import atomic, children, lock
 from envbuilder.artifacts import ResolvedLock
-from envbuilder.errors import StageFailure
-from envbuilder.index import IndexUnreachable, ProjectNotFound, SimpleIndex
+from envbuilder.errors import InputError, StageFailure
+from envbuilder.index import NOT_AN_INDEX, IndexUnreachable, ProjectNotFound, SimpleIndex
 from envbuilder.matrix import NONE, RESOLVER, Cell, Matrix, parse_as_of
 from envbuilder.pipeline import RunContext, default_jobs
 from envbuilder.results import CellResult, Reason, StageResult, Status
@@ -137,7 +136,7 @@ def as_of_date(ctx: RunContext, cell: Cell, mode: str | None = None) -> tuple[da
 def index_client(ctx: RunContext) -> SimpleIndex:
     retries = 3 if ctx.options.retries is None else ctx.options.retries
     return SimpleIndex(ctx.matrix.resolve.indexes[0], ctx.workspace.cache / "index", retries=retries,
-                       backoff_s=ctx.options.backoff_s)  # fmt: skip
+                       backoff_s=ctx.options.backoff_s, timeout_s=ctx.options.index_timeout_s)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,14 +147,18 @@ class Compiled:
     seconds: float
 
 
-def compile_lock(req: Request, dest: Path, *, timeout_s: float, retries: int = 1, backoff_s: float = 1.0) -> Compiled:
+def compile_lock(req: Request, dest: Path, *, timeout_s: float, retries: int = 1, backoff_s: float = 1.0,
+                 workdir: Path | None = None) -> Compiled:  # fmt: skip
     """Run ``uv pip compile``; on success the lock is atomically written to ``dest``.
 
-    Network failures are retried with exponential backoff; resolution failures are not.
+    Network failures are retried with exponential backoff; resolution failures are not. ``timeout_s``
+    bounds the whole call, retries included: a hanging uv (and everything it started) is killed then.
+    uv runs as its own process group that dies with envbuilder; its scratch folder lives under
+    ``<workdir>/tmp`` (default: the lock's folder's workdir) and is removed on every way out.
     """
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="eb-resolve-") as tmp:
-        t = Path(tmp)
+    deadline = start + timeout_s
+    with children.temp_dir(workdir or _workdir_of(dest), "resolve") as t:
         req_file = t / "requirements.in"
         req_file.write_text("\n".join(req.requirements) + "\n")
         cons_file = None
@@ -167,24 +170,40 @@ def compile_lock(req: Request, dest: Path, *, timeout_s: float, retries: int = 1
         stderr = ""
         for attempt in range(retries + 1):
             if attempt:
-                time.sleep(backoff_s * 2 ** (attempt - 1))
+                time.sleep(min(backoff_s * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
             try:
-                p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+                p = children.run(argv, timeout_s=left)
             except subprocess.TimeoutExpired:
                 stderr = f"uv pip compile timed out after {timeout_s:.0f} s"
-                continue
+                break
             stderr = p.stderr
             if p.returncode == 0:
                 atomic.write_bytes(dest, out.read_bytes())
                 return Compiled(lock=lock.read(dest), stderr=stderr, argv=argv, seconds=time.monotonic() - start)
+            if p.returncode < 0:  # killed by a signal that was not ours: undecided, never a verdict
+                stderr = f"uv pip compile was killed by signal {-p.returncode}\n{stderr}"
+                break
             if not _NETWORK.search(stderr) or "No solution found" in stderr:
                 break
         return Compiled(lock=None, stderr=stderr, argv=argv, seconds=time.monotonic() - start)
 
 
+def _workdir_of(dest: Path) -> Path:
+    """``<workdir>`` of ``<workdir>/locks/<cell>/…/pylock.toml`` (else the lock's own folder)."""
+    for parent in dest.parents:
+        if parent.name == "locks":
+            return parent.parent
+    return dest.parent
+
+
 def explain_failure(stderr: str, cell: Cell, req: Request, idx: SimpleIndex | None) -> StageFailure:
     """Turn uv's error output into a decided status, a reason slug and one sentence."""
     text = " ".join(line.strip() for line in stderr.splitlines())
+    if stderr.startswith("uv pip compile was killed by signal"):
+        return StageFailure(Status.ERROR, Reason.INTERNAL_ERROR, stderr.splitlines()[0], {"uv_stderr": stderr[-3000:]})
     if "No solution found" not in text and (_NETWORK.search(text) or "timed out after" in text):
         last = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
         url = re.search(r"Failed to fetch: `?([^`\s]+)", stderr)
@@ -264,7 +283,11 @@ class ResolveStage:
         path = ctx.workspace.locks(cell.id) / "pylock.toml"
         if old.status is not Status.PASS:
             return True
-        return path.exists() and isinstance(old.artifact, ResolvedLock) and lock.read(path).sha256 == old.artifact.sha256
+        try:  # a truncated or foreign lock is derived data: resolved again
+            return (path.exists() and isinstance(old.artifact, ResolvedLock)
+                    and lock.read(path).sha256 == old.artifact.sha256)  # fmt: skip
+        except InputError:
+            return False
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         m = ctx.matrix
@@ -277,7 +300,7 @@ class ResolveStage:
         res = compile_lock(req, dest, timeout_s=m.resolve.timeout_s, retries=retries, backoff_s=backoff)
         tried = [res]
         if res.lock is None:
-            raise explain_failure(res.stderr, cell, req, idx)
+            raise self._failure(ctx, cell, res, req, idx)
         carried = res.lock.cuda()
         notes: list[str] = []
         if cell.cuda != NONE and carried != cell.cuda:
@@ -287,7 +310,7 @@ class ResolveStage:
             res = compile_lock(req, dest, timeout_s=m.resolve.timeout_s, retries=retries, backoff_s=backoff)
             tried.append(res)
             if res.lock is None:
-                raise explain_failure(res.stderr, cell, req, idx)
+                raise self._failure(ctx, cell, res, req, idx)
             carried = res.lock.cuda()
             if carried != cell.cuda:
                 raise StageFailure(Status.FAIL, Reason.CUDA_MISMATCH,
@@ -305,6 +328,24 @@ class ResolveStage:
         resolved = ResolvedLock(path=str(res.lock.path), sha256=res.lock.sha256, packages=res.lock.versions(),
                                 index_args=tuple(req.index_args()), cuda=carried)  # fmt: skip
         return StageResult(name=self.name, status=Status.PASS, message=msg, details=details, artifact=resolved)
+
+    def _failure(self, ctx: RunContext, cell: Cell, res: Compiled, req: Request, idx: SimpleIndex | None) -> StageFailure:
+        """uv's failure explained; a verdict only when every index answers as a package index."""
+        failure = explain_failure(res.stderr, cell, req, idx)
+        if "timed out after" in res.stderr or "killed by signal" in res.stderr:
+            return failure
+        engine = engine_package(ctx.matrix, cell)
+        for url in ctx.matrix.resolve.indexes:
+            probe = SimpleIndex(url, None, retries=0, timeout_s=ctx.options.index_timeout_s)
+            try:
+                probe.project(engine)
+            except ProjectNotFound:
+                continue
+            except IndexUnreachable as e:
+                if NOT_AN_INDEX in str(e) or failure.status is Status.FAIL:
+                    return StageFailure(Status.ERROR, Reason.NETWORK, f"cannot decide: {e}",
+                                        {"uv_stderr": res.stderr[-3000:]})  # fmt: skip
+        return failure
 
     def _details(self, cell: Cell, res: Compiled, how: str, when: datetime.datetime | None,
                  notes: list[str]) -> dict[str, Any]:  # fmt: skip

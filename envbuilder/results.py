@@ -22,15 +22,20 @@ every stage that ran passed reads ``pass``.
 from __future__ import annotations
 
 import enum
-import json
+import logging
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from envbuilder import atomic
+from envbuilder import atomic, validate
 from envbuilder.artifacts import Artifact, BuiltEnvironment, ResolvedLock, artifact_from_json, from_v1_details
 from envbuilder.errors import InputError
+from envbuilder.redact import redact_obj
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
 
@@ -215,27 +220,57 @@ class CellResult:
 
 
 class ResultStore:
-    """``<workdir>/results/<cell-id>.json``, one atomic file per cell."""
+    """``<workdir>/results/<cell-id>.json``, one atomic file per cell.
+
+    A stored file that cannot be read back (truncated, empty, foreign) is moved aside to
+    ``<cell-id>.json.broken-<time>`` with a warning naming it, and the cell counts as never run.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def path(self, cell_id: str) -> Path:
-        return self.root / f"{cell_id}.json"
+        validate.cell_id(cell_id, str(self.root), "cell id")
+        return validate.under(self.root, f"{cell_id}.json")
 
     def load(self, cell_id: str) -> CellResult | None:
         p = self.path(cell_id)
         if not p.exists():
             return None
-        return load_result_file(p)
+        try:
+            r = load_result_file(p)
+        except InputError as e:
+            _move_aside(p, e)
+            return None
+        if r.id != cell_id:
+            _move_aside(p, InputError(str(p), "id", f"names cell {r.id!r}, not {cell_id!r}"))
+            return None
+        return r
 
     def save(self, result: CellResult) -> None:
-        atomic.write_json(self.path(result.id), result.to_json())
+        """Write the result atomically, every credential in it redacted."""
+        atomic.write_json(self.path(result.id), redact_obj(result.to_json()))
 
     def all(self) -> list[CellResult]:
         if not self.root.is_dir():
             return []
-        return [load_result_file(p) for p in sorted(self.root.glob("*.json"))]
+        out = []
+        for p in sorted(self.root.glob("*.json")):
+            try:
+                out.append(load_result_file(p))
+            except InputError as e:
+                _move_aside(p, e)
+        return out
+
+
+def _move_aside(path: Path, why: InputError) -> None:
+    aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+    except OSError:
+        log.warning("%s; could not move it aside, ignored", why)
+        return
+    log.warning("%s; moved aside to %s, the cell will be computed again", why, aside.name)
 
 
 def merge_result_files(paths: Sequence[Path]) -> list[CellResult]:
@@ -258,9 +293,39 @@ def merge_result_files(paths: Sequence[Path]) -> list[CellResult]:
 
 
 def load_result_file(path: Path) -> CellResult:
-    """Read one result file; a malformed file is an input error naming it."""
+    """Read one result file (possibly someone else's: a CI artifact); a malformed file is an input error
+    naming it and the key."""
+    data = validate.load_json(path, what="an envbuilder result file")
+    where = str(path)
+    if not isinstance(data, dict):
+        raise InputError(where, None, "not an envbuilder result file (must be a JSON object)")
+    validate.cell_id(data.get("id"), where, "id")
+    if not isinstance(data.get("axes"), dict):
+        raise InputError(where, "axes", "must be an object of axis = value")
+    for k, v in data["axes"].items():
+        if not validate.full(validate.AXIS_NAME, k) or not isinstance(v, str) or len(v) > validate.MAX_VALUE_LEN:
+            raise InputError(where, f"axes.{k[:40]}", "not an axis name and a short string value")
+    stages = data.get("stages", [])
+    if not isinstance(stages, list):
+        raise InputError(where, "stages", "must be a list")
+    for i, st in enumerate(stages):
+        if not isinstance(st, dict):
+            raise InputError(where, f"stages[{i}]", "must be an object")
+        if not validate.full(r"[a-z][a-z0-9.-]{0,63}", st.get("name")):
+            raise InputError(where, f"stages[{i}].name", "not a stage name")
+        for key, enum_type in (("status", Status), ("reason", Reason)):
+            value = st.get(key, "ok")
+            if not isinstance(value, str) or value not in {e.value for e in enum_type}:
+                raise InputError(where, f"stages[{i}].{key}", f"{str(value)[:40]!r} is not a known {key}")
+        for key in ("details",):
+            if key in st and not isinstance(st[key], dict):
+                raise InputError(where, f"stages[{i}].{key}", "must be an object")
+        dur = st.get("duration_s", 0.0)
+        if isinstance(dur, bool) or not isinstance(dur, int | float):
+            raise InputError(where, f"stages[{i}].duration_s", "must be a number")
+    if "env" in data and not isinstance(data["env"], dict):
+        raise InputError(where, "env", "must be an object")
     try:
-        data = json.loads(path.read_text())
         return CellResult.from_json(data)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise InputError(str(path), None, f"not an envbuilder result file ({e})") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
+        raise InputError(where, None, f"not an envbuilder result file ({e})") from None

@@ -11,7 +11,9 @@ import datetime
 import hashlib
 import html
 import json
+import random
 import threading
+import time
 import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -108,6 +110,15 @@ def _handler(index: LocalIndex) -> type[BaseHTTPRequestHandler]:
                     return
                 self._send(404, b"", "text/plain")
                 return
+            if parts == ["simple"]:  # the index's root: its projects (PEP 691 JSON or PEP 503 HTML)
+                names = sorted({canonicalize_name(p.name.split("-")[0]) for p in index.root.glob("*.whl")})
+                if "application/vnd.pypi.simple.v1+json" in (self.headers.get("Accept") or ""):
+                    root = {"meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in names]}
+                    self._send(200, json.dumps(root).encode(), "application/vnd.pypi.simple.v1+json")
+                else:
+                    links = "".join(f'<a href="{n}/">{n}</a>\n' for n in names)
+                    self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
+                return
             if len(parts) == 2 and parts[0] == "simple":
                 files = index.project_files(parts[1])
                 if not files:
@@ -149,6 +160,67 @@ def serve(index: LocalIndex) -> Iterator[LocalIndex]:
     index.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
     try:
         yield index
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join(5)
+
+
+FAULTS = ("html", "empty-json", "404", "random", "drip")
+
+
+def _fault_handler(fault: str, drip_s: float) -> type[BaseHTTPRequestHandler]:
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def do_HEAD(self) -> None:
+            self._answer(head=True)
+
+        def do_GET(self) -> None:
+            self._answer(head=False)
+
+        def _answer(self, *, head: bool) -> None:
+            body, code, ctype = {
+                "html": (b"<html><head><title>Sign in to the network</title></head><body><form>Accept the terms"
+                         b"</form></body></html>", 200, "text/html"),
+                "empty-json": (b"{}", 200, "application/vnd.pypi.simple.v1+json"),
+                "404": (b"<html>Not Found</html>", 404, "text/html"),
+                "random": (random.Random(self.path).randbytes(2048), 200, "application/vnd.pypi.simple.v1+json"),
+                "drip": (b'{"meta": {"api-version": "1.1"}, "files": []}' * 50, 200,
+                         "application/vnd.pypi.simple.v1+json"),
+            }[fault]
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if head:
+                return
+            try:
+                if fault == "drip":  # one byte at a time: every read succeeds, the answer never completes
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(drip_s)
+                else:
+                    self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return
+
+    return H
+
+
+@contextmanager
+def serve_fault(fault: str, *, drip_s: float = 0.2) -> Iterator[str]:
+    """A broken "index" on 127.0.0.1 answering every request the same wrong way (``FAULTS``); yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _fault_handler(fault, drip_s))
+    server.daemon_threads = True
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
     finally:
         server.shutdown()
         server.server_close()

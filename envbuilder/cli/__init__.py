@@ -7,19 +7,25 @@ or could not be decided, 2 usage or input error (one line naming the file and ke
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.markup import escape
 
-from envbuilder import __version__, errors
+from envbuilder import __version__, children, errors, validate
+from envbuilder import matrix as matrix_mod
 from envbuilder.cli import airgap, engine, pin, probes, report, stages
 from envbuilder.cli.options import Command
-from envbuilder.cli.ui import Ui, consoles
+from envbuilder.cli.ui import Ui, WarningLine, consoles
 from envbuilder.errors import EnvbuilderError, InputError
+
+DEFAULT_MAX_CELLS = matrix_mod.MAX_CELLS
 
 # One module per command family (argparse and output only; the stage modules do the work): stages, report, pin,
 # airgap, probes; ui (all output) and options (what the families share).
@@ -42,6 +48,8 @@ def _common(suppress: bool) -> _Parser:
     c.add_argument("--workdir", type=Path, default=d(Path(".envbuilder")), help="work folder (default: .envbuilder/)")
     c.add_argument("--json", action="store_true", default=d(False), help="print results as JSON")
     c.add_argument("-v", "--verbose", action="store_true", default=d(False), help="stream logs live")
+    c.add_argument("--max-cells", type=validate.int_arg(1), default=d(matrix_mod.MAX_CELLS), metavar="N",
+                   help=f"refuse a matrix of more cells (default: {matrix_mod.MAX_CELLS}, GitHub's jobs per matrix)")
     return c
 
 
@@ -57,23 +65,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _on_sigterm(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt  # the same orderly stop as Ctrl-C: children stopped, nothing half-stored
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     json_mode = "--json" in (argv if argv is not None else sys.argv[1:])
     out, err = consoles(json_mode)
+    warnings = WarningLine(err)
+    lib_log = logging.getLogger("envbuilder")
+    lib_log.addHandler(warnings)
+    propagate, lib_log.propagate = lib_log.propagate, False
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not args.command:
             parser.print_help()
             return errors.EXIT_INPUT
+        matrix_mod.MAX_CELLS = args.max_cells
+        validate.workdir(args.workdir)
         ui = Ui(out=out, err=err, json=args.json, verbose=args.verbose)
         return COMMANDS[args.command].handler(args, ui)
     except EnvbuilderError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return e.exit_code
-    except KeyboardInterrupt:
-        err.print("interrupted")
+    except (KeyboardInterrupt, children.Interrupted):
+        err.print("interrupted: stopped; stored results are kept")
         return 130
     except BrokenPipeError:  # `envbuilder ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return errors.EXIT_OK
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_sigterm)
+        lib_log.removeHandler(warnings)
+        lib_log.propagate = propagate
+        matrix_mod.MAX_CELLS = DEFAULT_MAX_CELLS

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from envbuilder import atomic, bisect, errors, lock, wheelhouse
+from envbuilder import atomic, bisect, errors, lock, validate, wheelhouse
 from envbuilder.cli.options import (
     Command,
     one_cell,
@@ -55,7 +55,7 @@ def _configure_bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--good", type=Path, metavar="LOCK", help="the lock that passes (default: the cell's as-of lock)")
     p.add_argument("--bad", type=Path, metavar="LOCK",
                    help="the lock that fails (default: the fresh lock `resolve --drift` wrote)")  # fmt: skip
-    p.add_argument("--jobs", type=int, default=2, help="trials run at once (default: 2)")
+    p.add_argument("--jobs", type=validate.int_arg(1), default=2, help="trials run at once (default: 2)")
 
 
 def cmd_bisect(args: argparse.Namespace, ui: Ui) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder import doctor, errors
+from envbuilder import doctor, errors, validate
 from envbuilder import matrix as matrix_mod
 from envbuilder.artifacts import HostFacts
 from envbuilder.cli.ui import Ui, exit_code, progress, results_table
@@ -79,7 +79,7 @@ def add_run_options(p: argparse.ArgumentParser, *, smoke: bool = True) -> None:
     p.add_argument("--force", action="store_true", help="re-run every stage even when its inputs are unchanged")
     p.add_argument("--force-stage", action="append", metavar="STAGE", help="re-run this stage (repeatable)")
     p.add_argument("--runner", choices=["docker", "venv"], help="override [build] runner")
-    p.add_argument("--base-image", help="override [build] base_image")
+    p.add_argument("--base-image", type=_image_arg, help="override [build] base_image")
     p.add_argument("--no-cache", action="store_true", default=None, help="build images without Docker's layer cache")
     p.add_argument("--find-links", action="append", metavar="DIR",
                    help="venv runner: install only from these wheel folders, no index (an air-gapped runner)")
@@ -90,8 +90,17 @@ def add_run_options(p: argparse.ArgumentParser, *, smoke: bool = True) -> None:
         p.add_argument("--checks", help="smoke checks: all (default), none, or a list: golden,degeneracy,spec,speed,"
                                         "long-context")  # fmt: skip
         p.add_argument("--base-url", help="check a server that is already running (external runner)")
-        p.add_argument("--startup-timeout", dest="startup_timeout_s", type=float, help="seconds until not ready = failure")
-        p.add_argument("--stall-timeout", dest="stall_timeout_s", type=float, help="seconds without log output = stall")
+        p.add_argument("--startup-timeout", dest="startup_timeout_s", type=validate.positive_float_arg,
+                       help="seconds until not ready = failure")  # fmt: skip
+        p.add_argument("--stall-timeout", dest="stall_timeout_s", type=validate.positive_float_arg,
+                       help="seconds without log output = stall")  # fmt: skip
+
+
+def _image_arg(text: str) -> str:
+    try:
+        return validate.image_reference(text, "command line", "--base-image")
+    except errors.InputError as e:
+        raise argparse.ArgumentTypeError(e.problem) from None
 
 
 def load_results(args: argparse.Namespace) -> list[CellResult]:

@@ -17,7 +17,7 @@ from envbuilder.cli.options import (
     Command,
     one_cell,
 )
-from envbuilder.cli.ui import Ui
+from envbuilder.cli.ui import Ui, write_stdout
 from envbuilder.errors import InputError
 from envbuilder.pipeline import Workspace
 from envbuilder.results import Status
@@ -61,13 +61,17 @@ def _configure_degeneracy(p: argparse.ArgumentParser) -> None:
 def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
     """One verdict per text; exit 1 if any text is degenerate."""
     if args.file == "-":
-        text, where = sys.stdin.read(), "stdin"
+        raw, where = sys.stdin.buffer.read(), "stdin"
     else:
         where = args.file
         try:
-            text = Path(args.file).read_text()
+            raw = Path(args.file).read_bytes()
         except OSError as e:
             raise InputError(args.file, None, f"cannot read ({e.strerror or e})") from None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        raise InputError(where, f"byte {e.start}", "not UTF-8 text (generated texts are UTF-8)") from None
     items: list[tuple[object, str, str | None, bool | None]] = []
     lines = [ln for ln in text.splitlines() if ln.strip()]
     as_jsonl = bool(lines) and all(ln.lstrip().startswith("{") for ln in lines)
@@ -75,6 +79,8 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
         for n, ln in enumerate(lines, 1):
             try:
                 obj = json.loads(ln)
+            except RecursionError:
+                raise InputError(where, f"line {n}", "not JSON (nested too deep)") from None
             except ValueError as e:
                 raise InputError(where, f"line {n}", f"not JSON ({e})") from None
             if not isinstance(obj, dict) or "text" not in obj:
@@ -97,7 +103,7 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
         if ui.json:
             findings = [{"signal": f.signal, "start": f.start, "end": f.end, "detail": f.detail, "strong": f.strong}
                         for f in v.findings]  # fmt: skip
-            sys.stdout.write(json.dumps({"id": ident, "verdict": v.label, "signals": list(v.signals),
+            write_stdout(json.dumps({"id": ident, "verdict": v.label, "signals": list(v.signals),
                                          "turned_at": v.turned_at, "findings": findings}) + "\n")  # fmt: skip
         else:
             why = f" ({escape(v.explain())})" if v.findings else ""
@@ -107,7 +113,7 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
         summary = {"labelled": len(pairs), "precision": round(s.precision, 4), "recall": round(s.recall, 4),
                    "false_alarm_rate": round(s.false_alarm_rate, 4), "tp": s.tp, "fn": s.fn, "fp": s.fp, "tn": s.tn}
         if ui.json:
-            sys.stdout.write(json.dumps({"summary": summary}) + "\n")
+            write_stdout(json.dumps({"summary": summary}) + "\n")
         else:
             ui.out.print(f"{len(pairs)} labelled texts: {s.summary()}")
     return errors.EXIT_CELLS_FAILED if bad else errors.EXIT_OK

@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-from envbuilder import atomic, errors, report
+from envbuilder import atomic, errors, report, validate
 from envbuilder import matrix as matrix_mod
 from envbuilder.cli.options import (
     Command,
     add_cells,
     load_results,
 )
-from envbuilder.cli.ui import Ui, exit_code, results_table
+from envbuilder.cli.ui import Ui, exit_code, results_table, write_stdout
 from envbuilder.pipeline import Workspace
+from envbuilder.redact import redact
 from envbuilder.report import grid, terminal
 from envbuilder.results import merge_result_files
 
@@ -34,6 +34,8 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
+    if args.output:
+        validate.output_file(args.output, "--output")
     results = load_results(args)
     layout = grid.build(results, args.rows, args.cols)  # an unknown axis is an input error before anything is written
     view = terminal.render(results, layout, ids=args.ids)
@@ -50,7 +52,7 @@ def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
             with Path(summary).open("a") as f:
-                f.write(report.to_markdown(results, rows=args.rows, cols=args.cols))
+                f.write(redact(report.to_markdown(results, rows=args.rows, cols=args.cols)))
     elif args.format == "table":
         ui.out.print(view, width=min(ui.out.width, terminal.WIDTH))
     else:
@@ -58,16 +60,19 @@ def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
         text = report.render(results, args.format, workdir=args.workdir, page_dir=page_dir, rows=args.rows, cols=args.cols,
                              expand=args.expand, baseline=baseline)
         if args.output:
-            atomic.write_text(args.output, text)
+            try:
+                atomic.write_text(args.output, text)
+            except OSError as e:
+                raise errors.InputError(str(args.output), "--output", f"cannot write ({e.strerror or e})") from None
         else:
-            sys.stdout.write(text)
+            write_stdout(text)
     return exit_code(results, list(report.STAGES))
 
 
 def _configure_ci_matrix(p: argparse.ArgumentParser) -> None:
     add_cells(p)
     p.add_argument("--format", choices=["github"], default="github")
-    p.add_argument("--max-jobs", type=int, default=256, help="GitHub's limit of jobs per matrix")
+    p.add_argument("--max-jobs", type=validate.int_arg(1), default=256, help="GitHub's limit of jobs per matrix")
 
 
 def cmd_ci_matrix(args: argparse.Namespace, ui: Ui) -> int:
@@ -76,7 +81,7 @@ def cmd_ci_matrix(args: argparse.Namespace, ui: Ui) -> int:
     include = [{"cell": c.id, **c.axes} for c in cells]
     chunks = [include[i:i + args.max_jobs] for i in range(0, len(include), args.max_jobs)] or [[]]
     doc: dict[str, object] = {"include": chunks[0]} if len(chunks) == 1 else {"chunks": [{"include": ch} for ch in chunks]}
-    sys.stdout.write(json.dumps(doc) + "\n")
+    write_stdout(json.dumps(doc) + "\n")
     return errors.EXIT_OK
 
 

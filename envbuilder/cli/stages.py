@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from envbuilder import atomic, doctor, errors
+from envbuilder import atomic, doctor, errors, validate
 from envbuilder import matrix as matrix_mod
 from envbuilder.build import BuildStage
 from envbuilder.cli.options import (
@@ -48,7 +48,7 @@ def cmd_expand(args: argparse.Namespace, ui: Ui) -> int:
 def _configure_resolve(p: argparse.ArgumentParser) -> None:
     add_cells(p)
     p.add_argument("--drift", action="store_true", help="also resolve against today and list what differs")
-    p.add_argument("--jobs", type=int, default=0, help="cells resolved at once (default: cores x 2)")
+    p.add_argument("--jobs", type=validate.int_arg(0), default=0, help="cells resolved at once (default: cores x 2)")
     p.add_argument("--force", action="store_true", help="re-resolve even when the inputs are unchanged")
 
 
@@ -61,8 +61,13 @@ def _configure_doctor(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace, ui: Ui) -> int:
+    save = validate.output_file(args.save, "--save") if args.save else args.workdir / "doctor.json"
     facts = doctor.collect()
-    atomic.write_json(args.save or args.workdir / "doctor.json", facts)
+    try:
+        atomic.write_json(save, facts)
+    except OSError as e:
+        raise errors.InputError(str(save), "--save" if args.save else "--workdir",
+                                f"cannot write ({e.strerror or e})") from None
     if ui.json:
         ui.print_json(facts)
         return errors.EXIT_OK

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 from rich.console import Console, RenderableType
 from rich.constrain import Constrain
@@ -16,6 +17,7 @@ from rich.status import Status as RichStatus
 
 from envbuilder import errors
 from envbuilder.pipeline import StageEvent
+from envbuilder.redact import redact
 from envbuilder.report import grid, terminal
 from envbuilder.results import CellResult, Status
 
@@ -45,15 +47,45 @@ class Ui:
             print("::endgroup::", file=sys.stderr, flush=True)
 
     def print_json(self, obj: Any) -> None:
-        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
-        sys.stdout.flush()
+        write_stdout(json.dumps(obj, indent=2) + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """Every byte envbuilder prints passes :func:`envbuilder.redact.redact`."""
+    sys.stdout.write(redact(text))
+    sys.stdout.flush()
+
+
+class _Redacted:
+    """A text stream that redacts credentials from everything written through it (rich's file)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self._stream.write(redact(text)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def consoles(json_mode: bool) -> tuple[Console, Console]:
     # rich honours NO_COLOR and drops styling when the stream is not a terminal.
     width = None if sys.stdout.isatty() else 200
-    return (Console(soft_wrap=json_mode, highlight=False, width=width),
-            Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200))  # fmt: skip
+    out, err = cast(IO[str], _Redacted(sys.stdout)), cast(IO[str], _Redacted(sys.stderr))
+    return (Console(file=out, soft_wrap=json_mode, highlight=False, width=width),
+            Console(file=err, highlight=False, width=None if sys.stderr.isatty() else 200))  # fmt: skip
+
+
+class WarningLine(logging.Handler):
+    """The library's warnings (a broken result moved aside, a cache rebuilt) as one line each on stderr."""
+
+    def __init__(self, err: Console) -> None:
+        super().__init__(logging.WARNING)
+        self.err = err
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.err.print(f"[yellow]warning:[/] {escape(record.getMessage())}", soft_wrap=True)
 
 
 def exit_code(results: Sequence[CellResult], stage_names: Sequence[str]) -> int:

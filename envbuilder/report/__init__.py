@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from envbuilder import __version__
+from envbuilder.redact import redact
 from envbuilder.report import grid, svg
 from envbuilder.report import upgrade as upgrade_mod
 from envbuilder.report.upgrade import Upgrade
@@ -90,9 +92,9 @@ def to_markdown(results: Sequence[CellResult], title: str = "envbuilder compatib
     lines += matrix_markdown(grid.build(results, rows, cols))
     summary = summary_by_axis(results)
     if summary:
-        lines += ["", "**Per axis:** " + "; ".join(f"{a} {v}: {p}/{n} pass" for a, v, p, n in summary)]
+        lines += ["", "**Per axis:** " + "; ".join(_md_escape(f"{a} {v}: {p}/{n} pass") for a, v, p, n in summary)]
     lines += ["", "<details><summary>Every stage of every cell</summary>", "",
-              "| cell | " + " | ".join(axes) + " | " + " | ".join(cols_) + " | verdict |",
+              "| cell | " + " | ".join(_md_escape(a) for a in axes) + " | " + " | ".join(cols_) + " | verdict |",
               "|" + "---|" * (len(axes) + len(cols_) + 2)]  # fmt: skip
     for r in results:
         row = [f"`{r.id}`", *(r.axes.get(a, "") for a in axes)]
@@ -117,7 +119,19 @@ def to_markdown(results: Sequence[CellResult], title: str = "envbuilder compatib
 
 
 def _md_escape(s: str) -> str:
+    """Untrusted text (ids, axis names and values, messages) inside a Markdown table: no cell breaks, no HTML,
+    no control characters."""
+    s = _CONTROL.sub("", s).replace("\r", " ")
     return s.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_XML_INVALID = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(s: str) -> str:
+    """Text XML 1.0 can carry: ANSI colour codes removed, other control characters dropped."""
+    return _XML_INVALID.sub("", _CONTROL.sub("", s))
 
 
 def _tail(text: object, lines: int = 40) -> str:
@@ -170,17 +184,19 @@ def to_junit(results: Sequence[CellResult]) -> str:
             if s.name == "smoke" and checks_ran:
                 s = StageResult(name=s.name, status=Status.PASS, message="started; its checks are the smoke.* cases",
                                 duration_s=s.duration_s)  # fmt: skip
-            tc = ET.SubElement(suite, "testcase", classname=r.id, name=s.name, time=f"{s.duration_s:.3f}")
+            tc = ET.SubElement(suite, "testcase", classname=xml_text(r.id), name=xml_text(s.name),
+                               time=f"{s.duration_s:.3f}")  # fmt: skip
             counts["tests"] += 1
             total += s.duration_s
+            msg = xml_text(s.message)
             if s.status is Status.FAIL:
-                ET.SubElement(tc, "failure", message=s.message[:1000], type=s.reason.value).text = s.message
+                ET.SubElement(tc, "failure", message=msg[:1000], type=s.reason.value).text = msg
                 counts["failures"] += 1
             elif s.status is Status.ERROR:
-                ET.SubElement(tc, "error", message=s.message[:1000], type=s.reason.value).text = s.message
+                ET.SubElement(tc, "error", message=msg[:1000], type=s.reason.value).text = msg
                 counts["errors"] += 1
             elif s.status is Status.SKIP:
-                ET.SubElement(tc, "skipped", message=f"{s.reason.value}: {s.message}"[:1000])
+                ET.SubElement(tc, "skipped", message=f"{s.reason.value}: {msg}"[:1000])
                 counts["skipped"] += 1
     for k, v in counts.items():
         suite.set(k, str(v))
@@ -198,15 +214,18 @@ def to_json(results: Sequence[CellResult]) -> str:
 def render(results: Sequence[CellResult], fmt: str, *, workdir: Path | None = None, page_dir: Path | None = None,
            rows: str | Sequence[str] | None = None, cols: str | Sequence[str] | None = None,
            expand: bool = False, baseline: float | None = None) -> str:  # fmt: skip
-    """One report format. With ``workdir``, the page links its logs and shows watch's upgrade views."""
+    """One report format, every credential redacted (:func:`envbuilder.redact.redact`). With ``workdir``, the
+    page links its logs and shows watch's upgrade views."""
     upgrades = upgrade_mod.from_watch(workdir) if workdir is not None else []
     if fmt == "md":
-        return to_markdown(results, rows=rows, cols=cols) + "".join("\n" + upgrade_mod.markdown(u) for u in upgrades)
-    if fmt == "html":
-        return to_html(results, workdir=workdir, page_dir=page_dir, rows=rows, cols=cols, open_all=expand,
+        text = to_markdown(results, rows=rows, cols=cols) + "".join("\n" + upgrade_mod.markdown(u) for u in upgrades)
+    elif fmt == "html":
+        text = to_html(results, workdir=workdir, page_dir=page_dir, rows=rows, cols=cols, open_all=expand,
                        baseline=baseline, upgrades=upgrades)
-    if fmt == "junit":
-        return to_junit(results)
-    if fmt == "json":
-        return to_json(results)
-    raise ValueError(fmt)
+    elif fmt == "junit":
+        text = to_junit(results)
+    elif fmt == "json":
+        text = to_json(results)
+    else:
+        raise ValueError(fmt)
+    return redact(text)

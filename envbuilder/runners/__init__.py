@@ -110,7 +110,7 @@ class LocalRunner:
         )  # fmt: skip
         handle = ProcessHandle(proc=proc, base_url=base_url)
         try:
-            pidfile.write_text(json.dumps({"pid": proc.pid, "argv": list(argv), "started": time.time()}))
+            write_pidfile(pidfile, proc.pid, argv)
             assert proc.stdout is not None
             reader = threading.Thread(target=_pump, args=(proc.stdout, handle.events), daemon=True)
             reader.start()
@@ -154,7 +154,7 @@ def run_group(argv: Sequence[str], *, run_dir: Path, name: str, log: IO[str], en
     proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=dict(env), start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
     try:
-        pidfile.write_text(json.dumps({"pid": proc.pid, "argv": list(argv), "started": time.time()}))
+        write_pidfile(pidfile, proc.pid, argv)
         try:
             return proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -164,15 +164,75 @@ def run_group(argv: Sequence[str], *, run_dir: Path, name: str, log: IO[str], en
         pidfile.unlink(missing_ok=True)
 
 
+def proc_start_ticks(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after "(comm)", which may hold spaces
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _proc_cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
+
+
+def write_pidfile(pidfile: Path, pid: int, argv: Sequence[str]) -> None:
+    """Record a started group: its pid, command line and start time (what :func:`gc` checks before signalling)."""
+    pidfile.write_text(json.dumps({"pid": pid, "argv": list(argv), "started": time.time(),
+                                   "start_ticks": proc_start_ticks(pid)}))  # fmt: skip
+
+
+def is_ours(pid: int, argv: Sequence[str], start_ticks: int | None) -> bool:
+    """Whether process ``pid`` is still the one envbuilder started: same start time (and command line), or,
+    its leader gone, a process of its session started no earlier (a compiler the leader left behind)."""
+    ticks = proc_start_ticks(pid)
+    if ticks is not None:
+        if start_ticks is None or ticks != start_ticks:
+            return False
+        cmd = _proc_cmdline(pid)
+        tail = list(argv)[1:]
+        # a zombie leader (its children still running) has an empty command line; its start time still matches
+        return cmd is not None and (not tail or not cmd or cmd[-len(tail):] == tail)
+    if start_ticks is None:
+        return False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+            if int(fields[2]) == pid and int(fields[3]) == pid and int(fields[19]) >= start_ticks:
+                return True
+        except (OSError, IndexError, ValueError):
+            continue
+    return False
+
+
 def gc(run_dir: Path, grace_s: float = 2.0, only: str | None = None) -> list[str]:
-    """Stop servers and builds whose orchestrator died (pid files left in ``run_dir``; ``only``: that name)."""
+    """Stop servers and builds whose orchestrator died (pid files left in ``run_dir``; ``only``: that name).
+
+    A pid file's group is signalled only while it is still the one envbuilder started (:func:`is_ours`):
+    a stale file whose pid now belongs to someone else is removed without a signal."""
     removed: list[str] = []
     if not run_dir.is_dir():
         return removed
     for pidfile in sorted(run_dir.glob(f"{only}.pid" if only else "*.pid")):
         try:
-            pid = int(json.loads(pidfile.read_text())["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
+            info = json.loads(pidfile.read_text())
+            pid = int(info["pid"])
+            argv = [str(a) for a in info.get("argv", [])]
+            ticks = info.get("start_ticks")
+            ticks = int(ticks) if isinstance(ticks, int) and not isinstance(ticks, bool) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if pid <= 1 or not is_ours(pid, argv, ticks):
             pidfile.unlink(missing_ok=True)
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
