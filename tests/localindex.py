@@ -7,6 +7,7 @@ so uv and envbuilder's index client talk to it exactly as they talk to PyPI.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import hashlib
 import html
@@ -63,6 +64,7 @@ class LocalIndex:
     root: Path
     url: str = ""
     upload_times: dict[str, datetime.datetime] = field(default_factory=dict)
+    delay_s: float = 0.0  # every answer waits this long (a slow index: something to interrupt)
 
     def add(self, name: str, version: str, *, uploaded: str = "2026-01-01T00:00:00Z", **kw: object) -> Path:
         w = make_wheel(self.root, name, version, **kw)  # type: ignore[arg-type]
@@ -102,6 +104,8 @@ def _handler(index: LocalIndex) -> type[BaseHTTPRequestHandler]:
             self.do_GET()
 
         def do_GET(self) -> None:
+            if index.delay_s:
+                time.sleep(index.delay_s)
             parts = [p for p in self.path.split("?")[0].split("/") if p]
             if len(parts) == 2 and parts[0] == "files":
                 f = index.root / parts[1]
@@ -146,7 +150,8 @@ def _handler(index: LocalIndex) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if not getattr(self, "_head_only", False):
-                self.wfile.write(body)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a client killed mid-answer
+                    self.wfile.write(body)
 
     return H
 
