@@ -21,7 +21,7 @@ AXES = 'engine_pkg = ["1.0"]\ncuda = ["none"]\nos = ["ubuntu24.04"]\npython = ["
 
 
 def _resolve(tmp_path: Path, url: str, as_of: str, timeout_s: float = 60) -> CellResult:
-    text = (f'[matrix]\n{AXES}\n[server]\nengine = "llama-cpp"\n'
+    text = (f'[matrix]\n{AXES}\n[model]\npath = "m"\n[server]\nengine = "llama-cpp"\n'
             f'[resolve]\nindexes = ["{url}"]\nas_of = "{as_of}"\ntimeout_s = {timeout_s}\n')  # fmt: skip
     m = matrix.load(write(tmp_path / "matrix.toml", text))
     ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"),

@@ -57,7 +57,7 @@ def test_index_credentials_never_stored_or_printed(tmp_path: Path) -> None:
         outputs: list[str] = []
         for name, url, as_of in (("ok", authed, "fresh"), ("dead", dead, "release")):
             m = write(tmp_path / name / "matrix.toml", f'[matrix]\nengine_pkg = ["1.0"]\ncuda = ["none"]\nos = ["ubuntu24.04"]\n'
-                      f'python = ["3.11"]\n[server]\nengine = "llama-cpp"\n[resolve]\nindexes = ["{url}"]\nas_of = "{as_of}"\n')
+                      f'python = ["3.11"]\n[model]\npath = "m"\n[server]\nengine = "llama-cpp"\n[resolve]\nindexes = ["{url}"]\nas_of = "{as_of}"\n')
             wd = tmp_path / name / "wd"
             runs = (("resolve", "-v"), ("resolve", "--json"), ("report", "--all")) if name == "ok" else (("resolve",), ("report", "--all"))
             for args in runs:

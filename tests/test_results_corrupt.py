@@ -35,7 +35,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIndex]:
 
 def _workdir(tmp_path: Path, index: LocalIndex) -> tuple[list[str], Path]:
     m = write(tmp_path / "matrix.toml", '[matrix]\nengine_pkg = ["1.0", "2.0"]\ncuda = ["none"]\nos = ["ubuntu24.04"]\n'
-              f'python = ["3.11"]\n[server]\nengine = "llama-cpp"\n[resolve]\nindexes = ["{index.url}"]\nas_of = "fresh"\n')
+              f'python = ["3.11"]\n[model]\npath = "m"\n[server]\nengine = "llama-cpp"\n[resolve]\nindexes = ["{index.url}"]\nas_of = "fresh"\n')
     base = ["--matrix", str(m), "--workdir", str(tmp_path / "wd")]
     assert cli(*base, "resolve").code == 0
     return base, tmp_path / "wd"

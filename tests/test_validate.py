@@ -20,7 +20,7 @@ from envbuilder import doctor, images, matrix, precheck, validate
 from envbuilder.artifacts import HostFacts
 from envbuilder.cli import main
 from envbuilder.errors import InputError
-from tests.conftest import BASE_AXES, FIXTURES, Ran, write
+from tests.conftest import AXES, BASE_AXES, FIXTURES, MODEL, Ran, write
 
 
 def cli(*args: str) -> Ran:
@@ -50,8 +50,8 @@ BAD_MATRIX = {
     "cuda newline": (BASE_AXES.replace('cuda = ["13.0"]', 'cuda = ["12.8\\n"]'), "[matrix].cuda[0]"),
     "cuda arabic digits": (BASE_AXES.replace('cuda = ["13.0"]', 'cuda = ["١٢.٨"]'), "[matrix].cuda[0]"),
     "python newline": (BASE_AXES.replace('python = ["3.12"]', 'python = ["3.12\\n"]'), "[matrix].python[0]"),
-    "driver newline": (BASE_AXES + 'driver = ["580.126.09\\n"]\n', "[matrix].driver[0]"),
-    "axis name newline": (BASE_AXES + '"sglang\\n" = ["0.5.11"]\n', "[matrix].sglang"),
+    "driver newline": (AXES + 'driver = ["580.126.09\\n"]\n' + MODEL, "[matrix].driver[0]"),
+    "axis name newline": (AXES + '"sglang\\n" = ["0.5.11"]\n' + MODEL, "[matrix].sglang"),
     "5000-digit version": (BASE_AXES.replace('"0.5.11"', '"' + "9" * 5000 + '"'), "[matrix].sglang[0]"),
     "non-ascii version": (BASE_AXES.replace('"0.5.11"', '"0.5.١"'), "[matrix].sglang[0]"),
     "negative port": (BASE_AXES + "[server]\nport = -1\n", "[server].port"),
@@ -68,7 +68,7 @@ BAD_MATRIX = {
     "server env key": (BASE_AXES + '[server]\nenv = {"A B" = "1"}\n', "[server].env"),
     "huge axis product": ("[matrix]\n" + "".join(f'p{i} = [{", ".join(repr(f"1.{j}") for j in range(10))}]\n'
                                                  for i in range(9)).replace("'", '"')
-                          + 'cuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n', "[matrix]"),
+                          + 'cuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n' + MODEL, "[matrix]"),
 }
 
 
@@ -81,7 +81,7 @@ def test_bad_matrix_value_is_one_line_exit_2(case: str, tmp_path: Path) -> None:
 
 def test_cell_cap_names_the_count_and_max_cells_raises_it(tmp_path: Path) -> None:
     axes = 'a = [' + ", ".join(f'"1.{i}"' for i in range(20)) + ']\nb = [' + ", ".join(f'"2.{i}"' for i in range(15)) + "]"
-    p = write(tmp_path / "matrix.toml", f'[matrix]\n{axes}\ncuda = ["none"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n')
+    p = write(tmp_path / "matrix.toml", f'[matrix]\n{axes}\ncuda = ["none"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n' + MODEL)
     line = assert_one_line_exit_2(cli("--matrix", str(p), "expand"), str(p), "[matrix]")
     assert "expands to 300 cells; at most 256" in line and "--max-cells" in line
     r = cli("--matrix", str(p), "--max-cells", "300", "expand", "--json")
@@ -198,7 +198,8 @@ _KEYS = {
     "resolve": ["indexes", "find_links", "as_of", "extra", "constraints", "jobs", "timeout_s"],
     "build": ["runner", "base_image", "runners", "env"],
 }
-BASE_DOC: dict[str, Any] = {"matrix": {"sglang": ["0.5.11"], "cuda": ["13.0"], "os": ["ubuntu24.04"], "python": ["3.12"]}}
+BASE_DOC: dict[str, Any] = {"matrix": {"sglang": ["0.5.11"], "cuda": ["13.0"], "os": ["ubuntu24.04"], "python": ["3.12"]},
+                            "model": {"path": "Qwen/Qwen3.6-27B"}}
 
 
 def _toml_key(k: str) -> str:
@@ -307,8 +308,8 @@ def test_fuzz_host_facts(fuzz_dir: Path, doc: Any) -> None:
     except InputError as e:
         assert str(f) in str(e) and "\n" not in str(e)
         return
-    m = matrix.load(write(fuzz_dir / "m.toml", BASE_AXES + 'driver = ["host", "580.126.09"]\n'
-                          f'[model]\nconfig = "{FIXTURES}/models/qwen3.6-27b/config.json"\nparameters = 27000000000\n'))
+    m = matrix.load(write(fuzz_dir / "m.toml", AXES + 'driver = ["host", "580.126.09"]\n' + MODEL
+                          + f'config = "{FIXTURES}/models/qwen3.6-27b/config.json"\nparameters = 27000000000\n'))
     host = HostFacts.from_json(facts)  # what the CLI hands the stages
     for cell in m.cells():
         precheck.evaluate(cell, m, host, None)
