@@ -2,7 +2,7 @@
 
 Credentials never leave envbuilder: a URL's user-info (``https://__token__:SECRET@host/simple``
 becomes ``https://****@host/simple``), bearer/basic authorisation headers, well-known token shapes
-(Hugging Face ``hf_…``, GitHub ``ghp_…``, PyPI ``pypi-…``) and ``*TOKEN*=``/``*PASSWORD*=``-style
+(Hugging Face ``hf_…``, GitHub ``ghp_…``, PyPI ``pypi-…``) and upper-case ``*TOKEN*=``/``*PASSWORD*=``
 assignments are replaced by ``****``. Redaction is idempotent.
 """
 
@@ -18,8 +18,9 @@ _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinf
 _AUTH_HEADER = re.compile(r"(?i)(\bauthorization\s*[:=]\s*(?:bearer|basic|token)\s+)[^\s'\"`]+")
 _TOKENS = re.compile(r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
                      r"pypi-[A-Za-z0-9_-]{20,})", re.ASCII)  # fmt: skip
-_ASSIGNMENT = re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|APIKEY)[A-Z0-9_]*\s*[=:]\s*)"
-                         r"(?!\*\*\*\*)[^\s'\"`,;]+")  # fmt: skip
+# environment-style names only (upper case): ``HF_TOKEN=…``, ``UV_INDEX_X_PASSWORD: …`` — not ``max_tokens: 8``
+_ASSIGNMENT = re.compile(r"\b(?=[A-Z])([A-Z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|APIKEY)(?:_[A-Z0-9]+)?\s*[=:]\s*)"
+                         r"(?!\*\*\*\*)[^\s'\"`,;]+", re.ASCII)  # fmt: skip
 
 
 def redact(text: str) -> str:

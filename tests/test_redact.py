@@ -39,6 +39,12 @@ def test_redact(text: str, kept: str) -> None:
     assert redact(out) == out  # idempotent
 
 
+@pytest.mark.parametrize("text", ["piecewise_cuda_graph_max_tokens: None -> 8192", "num_tokens=5", "max_new_tokens: 64",
+                                  "https://host/simple", "tokenizer_path: /x", "user@example.org"])
+def test_redact_leaves_ordinary_text_alone(text: str) -> None:
+    assert redact(text) == text
+
+
 def test_redact_obj_and_restore() -> None:
     url = f"http://__token__:{SECRET}@127.0.0.1:1/simple"
     obj = redact_obj({"details": {"index_args": ["--index-url", url], url: [url, 3]}})

@@ -75,3 +75,28 @@ def test_a_truncated_lock_is_regenerated(tmp_path: Path, index: LocalIndex) -> N
     r = cli(*base, "resolve")
     assert r.code == 0, r
     assert lk.read_bytes() == good and lock.read(lk).packages
+
+
+def test_a_foreign_results_environment_is_never_reused(tmp_path: Path) -> None:
+    """A merged result may claim a passed build whose python is any program, or any image: only an environment
+    this workdir built for the cell is reused (else the import stage would run what a CI artifact names)."""
+    from envbuilder import matrix
+    from envbuilder.artifacts import BuiltEnvironment
+    from envbuilder.build import BuildStage
+    from envbuilder.pipeline import RunContext, Workspace
+    from envbuilder.results import StageResult, Status
+
+    m = matrix.load(write(tmp_path / "matrix.toml", '[matrix]\nx = ["1.0"]\ncuda = ["none"]\nos = ["ubuntu24.04"]\n'
+                          'python = ["3.12"]\n[model]\npath = "m"\n'))  # fmt: skip
+    (cell,) = m.cells()
+    ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / "wd"))
+    own = write(ctx.workspace.venvs(cell.id) / "bin" / "python", "")
+
+    def built(**kw: str) -> StageResult:
+        return StageResult(name="build", status=Status.PASS, artifact=BuiltEnvironment(**kw))  # type: ignore[arg-type]
+
+    stage = BuildStage()
+    assert stage.intact(ctx, cell, built(kind="venv", python=str(own)))
+    assert not stage.intact(ctx, cell, built(kind="venv", python="/bin/sh"))
+    assert not stage.intact(ctx, cell, built(kind="venv", python=str(ctx.workspace.venvs(cell.id) / ".." / ".." / "x")))
+    assert not stage.intact(ctx, cell, built(kind="image", python="python", image="attacker/img:latest"))
