@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from envbuilder import report
+from envbuilder import report, watch
 from envbuilder.checks import degeneracy
 from envbuilder.errors import InputError
 from envbuilder.report import evidence, grid, terminal, upgrade, views
@@ -327,14 +327,14 @@ def test_watch_summary_plugs_into_the_report(tmp_path: Path) -> None:
     cand = CellResult(id=cand_id, axes={**cand.axes, "sglang": "0.5.12"}, hash=cand.hash, stages=cand.stages, env=cand.env)
     store.save(pinned)
     store.save(cand)
+    blocked = watch.ReleaseVerdict(version="0.5.12", cell=cand_id, uploaded="2026-05-20", verdict=watch.BLOCKED,
+                                   reasons=("smoke.speed: perf-regression — decode 121.5 tok/s < 494.6",),
+                                   changes=("--speculative-algorithm STANDALONE",))  # fmt: skip
+    not_run = watch.ReleaseVerdict(version="0.5.13", cell="not-run-yet", uploaded="?", verdict=watch.UNDECIDED)
+    summary = watch.UpgradeSummary(package="sglang", pinned_cell=CELL, pinned_version="0.5.11", launch_args=(),
+                                   created="2026-12-03T07:00:00+00:00", gpu=True, releases=(blocked, not_run))  # fmt: skip
     (wd / "watch").mkdir(parents=True)
-    (wd / "watch/summary.json").write_text(json.dumps({
-        "schema": 1, "package": "sglang", "pinned_cell": CELL, "pinned_version": "0.5.11", "launch_args": [],
-        "created": "2026-12-03T07:00:00+00:00", "gpu": True, "releases": [
-            {"version": "0.5.12", "cell": cand_id, "uploaded": "2026-05-20", "verdict": "blocked",
-             "reasons": ["smoke.speed: perf-regression — decode 121.5 tok/s < 494.6"], "fixes": [],
-             "changes": ["--speculative-algorithm STANDALONE"], "notes": [], "stages": []},
-            {"version": "0.5.13", "cell": "not-run-yet", "verdict": "undecided"}]}))  # fmt: skip
+    (wd / "watch/summary.json").write_text(json.dumps(summary.to_json()))  # as `watch` stores it
     (ups,) = upgrade.from_watch(wd)
     assert ups.label == "blocked" and not ups.safe and ups.candidate.id == cand_id and ups.moved == ()
     out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")

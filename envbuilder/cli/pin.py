@@ -18,6 +18,7 @@ from envbuilder.cli.options import (
 )
 from envbuilder.cli.ui import Ui, results_table
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.report import upgrade as upgrade_view
 from envbuilder.resolve import engine_package
 from envbuilder.stages import all_stages
 
@@ -178,7 +179,9 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
         ui.out.print(results_table(results, report.stage_columns(results)))
         for line in summary.render():
             ui.out.print(escape(line))
-        ui.out.print(f"summary: {summary_path}")
+        for up in upgrade_view.from_summary(summary, ws.root):  # pin vs each release, side by side
+            ui.out.print(upgrade_view.table(up), width=min(ui.out.width, 120))
+        ui.out.print(f"summary: {summary_path} (`envbuilder report --format html` shows it too)")
     return errors.EXIT_OK if all(v.verdict == watch.SAFE_TO_UPGRADE for v in verdicts) else errors.EXIT_CELLS_FAILED
 
 

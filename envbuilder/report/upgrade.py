@@ -11,9 +11,10 @@ from pathlib import Path
 
 from rich.table import Table
 
-from envbuilder import lock
+from envbuilder import lock, watch
 from envbuilder.errors import InputError
 from envbuilder.results import CellResult, ResultStore, Status
+from envbuilder.watch import UpgradeSummary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,35 +137,38 @@ def table(u: Upgrade) -> Table:
     return t
 
 
-def from_watch(workdir: Path) -> list[Upgrade]:
-    """The upgrade views of what ``watch`` decided, from its summary record (``<workdir>/watch/summary.json``:
-    the pinned cell and, per newer release, its cell, verdict, reasons, fixes and changes) and the stored results
-    and locks of both cells. No record: none. A release whose result is not stored is left out."""
-    path = workdir / "watch" / "summary.json"
-    if not path.is_file():
-        return []
-    try:
-        doc = json.loads(path.read_text())
-        pinned_id, releases = str(doc["pinned_cell"]), list(doc["releases"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(str(path), None, f"not a watch summary ({e})") from None
+def from_summary(summary: UpgradeSummary, workdir: Path) -> list[Upgrade]:
+    """The upgrade views of what ``watch`` decided: per judged release, the pin's and the release's stored
+    results side by side, the locked packages that moved (production lock vs the release's), and watch's
+    verdict, reasons, fixes and changes. A release whose result is not stored (yet) is left out."""
     store = ResultStore(workdir / "results")
-    pinned = store.load(pinned_id)
+    pinned = store.load(summary.pinned_cell)
     if pinned is None:
         return []
     pinned_lock = workdir / "locks" / "production" / "pylock.toml"
     out = []
-    for rel in releases:
-        if not isinstance(rel, dict) or (cand := store.load(str(rel.get("cell", "")))) is None:
+    for rel in summary.releases:
+        cand = store.load(rel.cell)
+        if cand is None:
             continue
         cand_lock = workdir / "locks" / cand.id / "pylock.toml"
         moved: list[dict[str, str | None]] = []
         if pinned_lock.is_file() and cand_lock.is_file():
             moved = lock.diff(lock.read(pinned_lock).versions(), lock.read(cand_lock).versions())
-        verdict = str(rel.get("verdict", ""))
         base = from_results(pinned, cand, moved)
-        out.append(replace(base, verdict=verdict, safe=verdict.startswith("safe") if verdict else base.safe,
-                           reasons=tuple(str(x) for x in rel.get("reasons") or ()) or base.reasons,
-                           fixes=tuple(str(x) for x in rel.get("fixes") or ()),
-                           changes=tuple(str(x) for x in rel.get("changes") or ())))  # fmt: skip
+        out.append(replace(base, verdict=rel.verdict, safe=rel.verdict == watch.SAFE_TO_UPGRADE,
+                           reasons=rel.reasons or base.reasons, fixes=rel.fixes, changes=rel.changes))  # fmt: skip
     return out
+
+
+def from_watch(workdir: Path) -> list[Upgrade]:
+    """:func:`from_summary` of ``<workdir>/watch/summary.json``; none without one; a broken one is an input
+    error naming the file."""
+    path = workdir / "watch" / "summary.json"
+    if not path.is_file():
+        return []
+    try:
+        summary = watch.UpgradeSummary.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(str(path), None, f"not a watch summary ({e})") from None
+    return from_summary(summary, workdir)

@@ -244,10 +244,10 @@ def kv(smoke: Mapping[str, Any], stages: Sequence[StageResult]) -> Kv | None:
     predicted = _i(cmp.get("predicted"))
     usage = None
     for s in stages:
-        if s.name == "smoke.long-context":
-            usage = _f(s.details.get("kv_token_usage_metric"))
-            if usage is None:
-                usage = _f(s.details.get("kv_token_usage_log"))
+        if s.name == "smoke.long-context":  # the peak either source saw (metrics endpoint, log lines)
+            seen = [v for v in (_f(s.details.get("kv_token_usage_metric")), _f(s.details.get("kv_token_usage_log")))
+                    if v is not None]  # fmt: skip
+            usage = max(seen) if seen else None
     if logged is None and predicted is None:
         return None
     within = cmp.get("within_tolerance")
