@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from envbuilder import watch
 from envbuilder.results import CellResult, Reason, StageResult, Status
+from tests.conftest import envbuilder, write
 
 BASE = {"decode_tokens_per_s": 580.0, "ttft_s": 0.02, "spec_accept_length": 3.67}
 
@@ -77,3 +81,18 @@ def test_a_placeholder_sdist_that_cannot_be_built_here_is_told_with_its_fix() ->
     verdict, _, fixes = watch.decide(cell(CPU_PASS[0], bad), gpu=False)
     assert verdict == watch.BLOCKED and fixes[0].startswith("cuda-tile 1.6.0rc5 has no wheel here")
     assert watch.build_fixes("uv pip sync failed: error: Failed to build `x==1` (log: l)") == []
+
+
+def test_watch_show_prints_the_stored_summary_and_refuses_without_one(tmp_path: Path) -> None:
+    r = watch.ReleaseVerdict(version="0.5.23", cell="sglang-0.5.23_x", uploaded="2026-10-30", verdict=watch.BLOCKED,
+                             reasons=("import: bad-flag — --cuda-graph-max-bs is gone",),
+                             fixes=("replace --cuda-graph-max-bs with --cuda-graph-max-bs-decode",))  # fmt: skip
+    s = watch.UpgradeSummary(package="sglang", pinned_cell="p", pinned_version="0.5.11", launch_args=(),
+                             created="now", gpu=False, releases=(r,))  # fmt: skip
+    missing = envbuilder("--workdir", str(tmp_path), "watch", "--show")
+    assert missing.code == 2 and "no watch summary" in missing.err and "Traceback" not in missing.err
+    write(tmp_path / "watch" / "summary.json", json.dumps(s.to_json()))
+    shown = envbuilder("--workdir", str(tmp_path), "watch", "--show")
+    assert shown.code == 0, shown.err
+    assert "0.5.11 -> 0.5.23: blocked" in shown.out and "fix: replace --cuda-graph-max-bs" in shown.out
+    assert watch.load_summary(tmp_path / "watch" / "summary.json") == s

@@ -60,11 +60,28 @@ def cmd_pin(args: argparse.Namespace, ui: Ui) -> int:
     return errors.EXIT_OK
 
 
+def _show_watch(ws: Workspace, ui: Ui) -> int:
+    """The stored upgrade summary and its cells' stored results, as ``watch`` printed them."""
+    path = ws.root / "watch" / "summary.json"
+    summary = watch.load_summary(path)
+    if summary is None:
+        raise errors.InputError(str(path), None, "no watch summary: run `envbuilder watch` first")
+    if ui.json:
+        ui.print_json(summary.to_json())
+        return errors.EXIT_OK
+    results = [r for v in summary.releases if (r := ws.results.load(v.cell)) is not None]
+    ui.out.print(results_table(results, report.stage_columns(results)))
+    for line in summary.render():
+        ui.out.print(escape(line))
+    return errors.EXIT_OK
+
+
 def _configure_watch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="only list the candidate releases")
     p.add_argument("--pre", action="store_true", help="include pre-releases")
     p.add_argument("--only", action="append", metavar="VERSION", help="judge only these candidate releases")
     p.add_argument("--keep-envs", action="store_true", help="keep each candidate's venv (~10 GB each) after its stages")
+    p.add_argument("--show", action="store_true", help="print the stored verdicts (<workdir>/watch/summary.json), run nothing")
     p.add_argument("--tolerance", type=float, default=0.10,
                    help="speculation acceptance, decode tok/s and TTFT may be this much worse than the pin's")
     add_run_options(p)
@@ -80,6 +97,8 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
     from envbuilder.engines import facts as facts_mod
 
     ws = Workspace(args.workdir)
+    if args.show:
+        return _show_watch(ws, ui)
     prov = pin.read_provenance(ws)
     m = matrix_mod.load(args.matrix)
     pinned = pin.pinned_cell(m, prov)
@@ -116,10 +135,8 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
     verdicts: list[watch.ReleaseVerdict] = []
     results = []
     summary_path = ws.root / "watch" / "summary.json"
-    judged = {dict(c.packages)[axis] for c, _ in cands}
     earlier = watch.load_summary(summary_path)  # releases judged by an earlier run (--only) against the same pin
-    kept = [r for r in (earlier.releases if earlier and earlier.pinned_cell == prov["cell"] else ())
-            if r.version not in judged]  # fmt: skip
+    kept = list(earlier.releases if earlier and earlier.pinned_cell == prov["cell"] else ())
     for cell, when in cands:
         version = dict(cell.packages)[axis]
         t0 = time.monotonic()
@@ -170,7 +187,9 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
             duration_s=time.monotonic() - t0, venv_gib=venv_gib, drift=drift))  # fmt: skip
         summary = watch.UpgradeSummary(package=package, pinned_cell=prov["cell"], pinned_version=pinned_version,
                                        launch_args=tuple(launch), gpu=gpu,
-                                       releases=tuple(sorted([*kept, *verdicts], key=lambda r: Version(r.version))),
+                                       releases=tuple(sorted([*(r for r in kept if r.version not in
+                                                                  {v.version for v in verdicts}), *verdicts],
+                                                                key=lambda r: Version(r.version))),
                                        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))  # fmt: skip
         atomic.write_json(summary_path, summary.to_json())
     if ui.json:
