@@ -109,18 +109,50 @@ class UpgradeSummary:
                               launch_args=tuple(d.get("launch_args", ())), created=d["created"], gpu=bool(d["gpu"]),
                               releases=tuple(ReleaseVerdict.from_json(r) for r in d["releases"]))  # fmt: skip
 
-    def render(self) -> list[str]:
-        """The one-screen upgrade summary: pin -> candidate: verdict, what changed, the fix."""
+    def render(self, width: int = 118) -> list[str]:
+        """The one-screen upgrade summary: pin -> candidate: verdict and why, what changed, the fix."""
         out = [f"{self.package} {self.pinned_version} (pinned) -> newer releases"
                + ("" if self.gpu else " (no GPU here: at best 'safe to try on a GPU')")]  # fmt: skip
         for r in self.releases:
-            why = r.reasons[0] if r.reasons else ""
-            out.append(f"{self.pinned_version} -> {r.version}: {r.verdict}" + (f" — {why}" if why else ""))
-            if r.changes:
-                out.append("    changed: " + "; ".join(r.changes[:6]))
-            for f in r.fixes[:3]:
-                out.append(f"    fix: {f}")
+            whys = list(dict.fromkeys(_short(x) for x in r.reasons))
+            out.append(_clip(f"{self.pinned_version} -> {r.version}: {r.verdict}"
+                             + (f" — {'; '.join(whys)}" if whys else ""), width))  # fmt: skip
+            pkgs = [re.sub(r"^(\S+) \S+ → ", r"\1 ", c) for c in r.changes
+                    if c.split()[0] in ("torch", "flash-attn-4", "sglang-kernel", "transformers")]  # fmt: skip
+            gone = [c.split()[1] for c in r.changes if c.startswith("removed --")]
+            old = [c.split()[1] for c in r.changes if c.startswith("deprecated --")]
+            if pkgs:
+                out.append(_clip("    changed: " + "; ".join(pkgs), width))
+            flags = [*(["removed " + ", ".join(gone)] if gone else []), *(["deprecated " + ", ".join(old)] if old else [])]
+            if flags:
+                out.append(_clip("    flags: " + "; ".join(flags), width))
+            for f in dict.fromkeys(_short_fix(x) for x in r.fixes):
+                out.append(_clip("    fix: " + f, width))
         return out
+
+
+def _short(reason: str) -> str:
+    """A reason in a few words: the stage, the slug and what it names (the record keeps the full text)."""
+    stage, _, rest = reason.partition(": ")
+    slug, _, message = rest.partition(" — ")
+    if slug == "bad-flag":
+        flags = list(dict.fromkeys(re.findall(r"(--[\w-]+) is gone", message)))
+        return f"bad-flag {', '.join(flags)}" if flags else f"{stage}: bad-flag"
+    if (m := re.search(r"Failed to build `([^`]+)`", message)) is not None:
+        return f"{stage}: {slug} ({m.group(1)} cannot be built here)"
+    return f"{stage}: {slug} — {re.sub(r' [(]log: [^)]*[)]', '', message)}"
+
+
+def _short_fix(fix: str) -> str:
+    if (m := re.fullmatch(r"replace (\S+) with (\S+)", fix)) is not None:
+        return f"{m.group(1)} → {m.group(2)}"
+    return re.sub(r" has no wheel here: its sdist downloads the real wheel from another index at build time; (.*?)"
+                  r" \(or build where it is reachable\)$", r": a placeholder sdist, its wheel is on another index: \1",
+                  fix)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def load_summary(path: Path) -> UpgradeSummary | None:

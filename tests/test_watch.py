@@ -65,8 +65,10 @@ def test_the_summary_round_trips_and_fits_one_screen() -> None:
                              created="now", gpu=False, releases=(r,))  # fmt: skip
     assert watch.UpgradeSummary.from_json(s.to_json()) == s
     lines = s.render()
-    assert "0.5.11 -> 0.5.20: blocked — import: bad-flag — --cuda-graph-max-bs is gone" in lines
-    assert "    fix: replace --cuda-graph-max-bs with --cuda-graph-max-bs-decode" in lines
+    assert "0.5.11 -> 0.5.20: blocked — bad-flag --cuda-graph-max-bs" in lines
+    assert "    fix: --cuda-graph-max-bs → --cuda-graph-max-bs-decode" in lines
+    assert "    changed: torch 2.13.0" in lines
+    assert all(len(x) <= 118 for x in lines)
 
 
 def test_key_changes_name_what_moved() -> None:
@@ -94,5 +96,6 @@ def test_watch_show_prints_the_stored_summary_and_refuses_without_one(tmp_path: 
     write(tmp_path / "watch" / "summary.json", json.dumps(s.to_json()))
     shown = envbuilder("--workdir", str(tmp_path), "watch", "--show")
     assert shown.code == 0, shown.err
-    assert "0.5.11 -> 0.5.23: blocked" in shown.out and "fix: replace --cuda-graph-max-bs" in shown.out
+    assert "0.5.11 -> 0.5.23: blocked — bad-flag --cuda-graph-max-bs" in shown.out
+    assert "fix: --cuda-graph-max-bs → --cuda-graph-max-bs-decode" in shown.out
     assert watch.load_summary(tmp_path / "watch" / "summary.json") == s
