@@ -44,7 +44,7 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+           "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars", "--disable-dev-shm-usage",
            f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
