@@ -335,8 +335,9 @@ def test_watch_summary_plugs_into_the_report(tmp_path: Path) -> None:
                                    created="2026-12-03T07:00:00+00:00", gpu=True, releases=(blocked, not_run))  # fmt: skip
     (wd / "watch").mkdir(parents=True)
     (wd / "watch/summary.json").write_text(json.dumps(summary.to_json()))  # as `watch` stores it
-    (ups,) = upgrade.from_watch(wd)
+    ups, later = upgrade.from_watch(wd)
     assert ups.label == "blocked" and not ups.safe and ups.candidate.id == cand_id and ups.moved == ()
+    assert later.label == "undecided" and later.candidate.stages == ()  # judged nothing yet: the record alone
     out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
     assert out.code == 0, out.err
     assert "Upgrade: <code>" in out.out and "blocked" in out.out and "perf-regression" in out.out and "-77.9%" in out.out
@@ -362,3 +363,20 @@ def test_a_stage_not_asked_for_decides_nothing() -> None:
     assert r.verdict is Status.SKIP
     e = grid.entry(r, ())
     assert (e.stage, e.short) == ("smoke", "no-gpu")
+
+
+def test_upgrade_view_from_the_summary_alone(tmp_path: Path) -> None:
+    """No stored results (a summary copied from the watch runner): the view still shows watch's verdict, the
+    stages it recorded, the changes and fixes."""
+    rel = watch.ReleaseVerdict(version="0.5.14", cell="sglang-0.5.14_cu13.0", uploaded="2026-06-01",
+                               verdict=watch.SAFE_TO_TRY, changes=("flash-attn-4 4.0.0b15", "sglang-kernel 0.4.4"),
+                               notes=("--cuda-graph-max-bs is deprecated",),
+                               stages=(("resolve", "pass", "ok"), ("import", "pass", "ok"), ("smoke", "skip", "no-gpu")))  # fmt: skip
+    summary = watch.UpgradeSummary(package="sglang", pinned_cell=CELL, pinned_version="0.5.11", launch_args=(),
+                                   created="2026-12-03T07:00:00+00:00", gpu=False, releases=(rel,))  # fmt: skip
+    (up,) = upgrade.from_summary(summary, tmp_path)
+    assert up.label == "safe to try on a GPU" and not up.safe and up.candidate.verdict is Status.SKIP
+    html = report.to_html([], upgrades=[up])
+    assert "safe to try on a GPU" in html and "pinned (result not in this workdir)" in html
+    assert "changed: flash-attn-4 4.0.0b15" in html and ">import</span>" in html
+    assert "| verdict | – | skip | |" in upgrade.markdown(up)

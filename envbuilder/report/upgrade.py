@@ -13,7 +13,7 @@ from rich.table import Table
 
 from envbuilder import lock, watch
 from envbuilder.errors import InputError
-from envbuilder.results import CellResult, ResultStore, Status
+from envbuilder.results import CellResult, Reason, ResultStore, StageResult, Status
 from envbuilder.watch import UpgradeSummary
 
 
@@ -96,6 +96,11 @@ def from_results(pinned: CellResult, candidate: CellResult, lock_diff: Sequence[
     return Upgrade(pinned=pinned, candidate=candidate, moved=moved, safe=not reasons, reasons=reasons)
 
 
+def verdict_of(r: CellResult) -> str:
+    """A side's verdict; "–" where only its id is known (the pin's result is not in this workdir)."""
+    return r.verdict.value if r.stages else "–"
+
+
 def fmt_delta(m: Metric) -> str:
     d = m.delta_pct
     return "" if d is None else f"{d:+.1f}%"
@@ -110,7 +115,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 def markdown(u: Upgrade) -> str:
     lines = [f"### Upgrade: `{u.pinned.id}` → `{u.candidate.id}`: {'✅' if u.safe else '❌'} {u.label}", "",
              "| | pinned | candidate | Δ |", "|---|---|---|---|",
-             f"| verdict | {u.pinned.verdict.value} | {u.candidate.verdict.value} | |"]  # fmt: skip
+             f"| verdict | {verdict_of(u.pinned)} | {verdict_of(u.candidate)} | |"]  # fmt: skip
     lines += [f"| {m.name} | {fmt_value(m.pinned, m.unit)} | {fmt_value(m.candidate, m.unit)} | {fmt_delta(m)} |"
               for m in u.metrics if m.pinned is not None or m.candidate is not None]  # fmt: skip
     if u.moved:
@@ -127,7 +132,7 @@ def table(u: Upgrade) -> Table:
     t.add_column("candidate", overflow="fold", max_width=44)
     t.add_column("Δ", justify="right")
     t.add_row("cell", u.pinned.id, u.candidate.id, "")
-    t.add_row("verdict", u.pinned.verdict.value, u.candidate.verdict.value, "")
+    t.add_row("verdict", verdict_of(u.pinned), verdict_of(u.candidate), "")
     for m in u.metrics:
         if m.pinned is not None or m.candidate is not None:
             style = "red" if m.worse else "green"
@@ -137,20 +142,29 @@ def table(u: Upgrade) -> Table:
     return t
 
 
+def _from_record(cell: str, axis: str, version: str, stages: Sequence[tuple[str, str, str]]) -> CellResult:
+    """A release's cell as the summary records it (stage, status, reason), where its full result is not stored."""
+    out = []
+    for name, status, reason in stages:
+        try:
+            out.append(StageResult(name=name, status=Status(status), reason=Reason(reason)))
+        except ValueError:
+            continue
+    return CellResult(id=cell, axes={axis: version}, stages=tuple(out))
+
+
 def from_summary(summary: UpgradeSummary, workdir: Path) -> list[Upgrade]:
-    """The upgrade views of what ``watch`` decided: per judged release, the pin's and the release's stored
-    results side by side, the locked packages that moved (production lock vs the release's), and watch's
-    verdict, reasons, fixes and changes. A release whose result is not stored (yet) is left out."""
+    """The upgrade views of what ``watch`` decided: per judged release, the pin and the release side by side
+    (their stored results where the workdir has them — speeds, start-up, acceptance — else the stages the
+    summary recorded), the locked packages that moved (production lock vs the release's, where both are
+    stored), and watch's verdict, reasons, fixes and changes."""
     store = ResultStore(workdir / "results")
-    pinned = store.load(summary.pinned_cell)
-    if pinned is None:
-        return []
+    pinned = store.load(summary.pinned_cell) or CellResult(id=summary.pinned_cell,
+                                                           axes={summary.package: summary.pinned_version})  # fmt: skip
     pinned_lock = workdir / "locks" / "production" / "pylock.toml"
     out = []
     for rel in summary.releases:
-        cand = store.load(rel.cell)
-        if cand is None:
-            continue
+        cand = store.load(rel.cell) or _from_record(rel.cell, summary.package, rel.version, rel.stages)
         cand_lock = workdir / "locks" / cand.id / "pylock.toml"
         moved: list[dict[str, str | None]] = []
         if pinned_lock.is_file() and cand_lock.is_file():
