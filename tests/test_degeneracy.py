@@ -239,5 +239,7 @@ def test_cli_reports_precision_and_recall_when_the_input_carries_labels() -> Non
     j = _cli(stdin, "--json")
     summary = json.loads(j.stdout.splitlines()[-1])["summary"]
     assert summary["labelled"] == len(rows) and summary["tp"] == s.tp and summary["fp"] == s.fp
-    bad = _cli('{"text": "fine", "expected": "broken"}\n')
+    bad = _cli('{"text": "fine", "expected": "broken"}\n{"text": "fine", "expected": ["ok"]}\n')
     assert bad.returncode == 2 and "line 1" in bad.stderr and "'broken'" in bad.stderr
+    odd = _cli('{"text": "fine", "expected": ["ok"]}\n')
+    assert odd.returncode == 2 and "line 1" in odd.stderr and "Traceback" not in odd.stderr

@@ -86,7 +86,7 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
             if not isinstance(obj, dict) or "text" not in obj:
                 raise InputError(where, f"line {n}", "needs a \"text\" field")
             raw_label = obj.get("expected", obj.get("label"))
-            if raw_label is not None and raw_label not in degeneracy.LABELS:
+            if raw_label is not None and (not isinstance(raw_label, str) or raw_label not in degeneracy.LABELS):
                 raise InputError(where, f"line {n}", f"label {raw_label!r} is not one of {', '.join(degeneracy.LABELS)}")
             label = None if raw_label is None else degeneracy.LABELS[raw_label]
             items.append((obj.get("id", n), "" if obj["text"] is None else str(obj["text"]), obj.get("finish_reason"),
