@@ -338,9 +338,14 @@ def test_watch_summary_plugs_into_the_report(tmp_path: Path) -> None:
     ups, later = upgrade.from_watch(wd)
     assert ups.label == "blocked" and not ups.safe and ups.candidate.id == cand_id and ups.moved == ()
     assert later.label == "undecided" and later.candidate.stages == ()  # judged nothing yet: the record alone
-    out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--format", "html")
+    step_summary = tmp_path / "step-summary.md"  # GitHub Actions' $GITHUB_STEP_SUMMARY
+    out = envbuilder("--workdir", str(wd), "--matrix", str(tmp_path / "none.toml"), "report", "--all", "--quiet",
+                     env={"GITHUB_STEP_SUMMARY": str(step_summary)})  # fmt: skip
     assert out.code == 0, out.err
-    assert "Upgrade: <code>" in out.out and "blocked" in out.out and "perf-regression" in out.out and "-77.9%" in out.out
+    html = (wd / "reports/envbuilder.html").read_text()
+    assert "Upgrade: <code>" in html and "blocked" in html and "perf-regression" in html and "-77.9%" in html
+    summary_md = step_summary.read_text()
+    assert "| sglang ↓  cuda · driver → | 13.0 · host |" in summary_md and "❌ blocked" in summary_md
     md = report.render(store.all(), "md", workdir=wd)
     assert "### Upgrade: `" in md and "❌ blocked" in md
     (wd / "watch/summary.json").write_text("{}")

@@ -16,7 +16,6 @@ from envbuilder.cli.options import (
 )
 from envbuilder.cli.ui import Ui, exit_code, results_table, write_stdout
 from envbuilder.pipeline import Workspace
-from envbuilder.redact import redact
 from envbuilder.report import grid, terminal
 from envbuilder.results import merge_result_files
 
@@ -52,7 +51,7 @@ def cmd_report(args: argparse.Namespace, ui: Ui) -> int:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
             with Path(summary).open("a") as f:
-                f.write(redact(report.to_markdown(results, rows=args.rows, cols=args.cols)))
+                f.write(report.render(results, "md", workdir=args.workdir, rows=args.rows, cols=args.cols))
     elif args.format == "table":
         ui.out.print(view, width=min(ui.out.width, terminal.WIDTH))
     else:
