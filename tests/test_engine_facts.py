@@ -9,6 +9,7 @@ from that release's wheel by the reader under test.
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -181,3 +182,29 @@ def test_a_real_release_is_read_from_its_wheel_and_cached(tmp_path: Path) -> Non
     check = F.check_flags(f, ["--cuda-graph-max-bs", "8"])
     assert check.problems[0].kind == "ambiguous"
     assert F.facts_for("sglang", "0.5.20", tmp_path, "http://127.0.0.1:9/simple") == f  # from the cache, no index
+
+
+def test_the_smoke_stage_reads_a_0_5_23_start_up_with_0_5_23_s_formats(releases: dict[str, F.EngineFacts],
+                                                                        tmp_path: Path) -> None:  # fmt: skip
+    """End to end: the real H200 0.5.11 plain start-up rewritten into 0.5.23's formats (from 0.5.23's wheel),
+    replayed as a server process (tests/replay_sglang.py) for a 0.5.23 cell; the smoke stage picks 0.5.23's
+    formats from the cache the import stage / watch fill."""
+    from tests.test_smoke import H200, _replay_matrix, _smoke
+
+    old = releases["0.5.11"]
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    lines = [x for ln in monitor.read_log(H200 / "plain.log") if (x := F.translate_line(ln, old, releases["0.5.23"]))]
+    (rec / "plain.log").write_text("\n".join(lines) + "\n")
+    (rec / "plain.json").write_text((H200 / "plain.json").read_text())
+    facts_json = tmp_path / "wd" / "cache" / "engine-facts" / "sglang-0.5.23.json"
+    facts_json.parent.mkdir(parents=True)
+    facts_json.write_text(json.dumps(releases["0.5.23"].to_json()))
+    r = _smoke(tmp_path, _replay_matrix(f'"--recordings", "{rec}"').replace('"0.5.11"', '"0.5.23"'),
+               checks=("golden",))
+    smoke = r.stage("smoke")
+    assert smoke is not None and smoke.status.value == "pass", smoke
+    launch = smoke.details["launch"]
+    assert launch["kv_tokens"] == 1606158
+    assert launch["phases"]["graph_capture"] == 42.59 and launch["phases"]["prefill_graph_capture"] == 15.44
+    assert any("Capture target decode CUDA graph end." in x and "elapsed=42.59 s" in x for x in lines)
