@@ -83,7 +83,7 @@ def plan_launch(ctx: RunContext, cell: Cell, prior: CellResult, *, extra_args: t
                 drop_args: tuple[str, ...] = ()) -> Launch:  # fmt: skip
     """How this cell's server is started (custom command, external, venv or image)."""
     m = ctx.matrix
-    spec = engines.engine(m.server.engine)
+    spec = release_spec(ctx, cell)  # the release's own flag spellings when its wheel was read
     host = m.server.host
     base_url = ctx.options.base_url or (m.server.base_url if m.server.command is None else None)
     env = {**os.environ, **m.server.env}

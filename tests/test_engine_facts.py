@@ -208,3 +208,11 @@ def test_the_smoke_stage_reads_a_0_5_23_start_up_with_0_5_23_s_formats(releases:
     assert launch["kv_tokens"] == 1606158
     assert launch["phases"]["graph_capture"] == 42.59 and launch["phases"]["prefill_graph_capture"] == 15.44
     assert any("Capture target decode CUDA graph end." in x and "elapsed=42.59 s" in x for x in lines)
+
+
+def test_the_launch_uses_the_release_s_own_spelling(releases: dict[str, F.EngineFacts]) -> None:
+    spec = F.engine_spec(SGLANG, releases["0.5.20"])
+    argv = spec.launch_argv("python3", "/m", "127.0.0.1", 30000, [], tp=2, context_length=8192)
+    assert argv[argv.index("2") - 1] == "--tp-size" and "--tp" not in argv
+    assert F.check_flags(releases["0.5.20"], argv[3:]).problems == ()  # every adapter flag exists in 0.5.20
+    assert "--tp" in SGLANG.launch_argv("python3", "/m", "127.0.0.1", 30000, [], tp=2)  # wheel not read: the prefix

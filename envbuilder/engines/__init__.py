@@ -52,6 +52,7 @@ class EngineSpec:
     thinking_switch: bool = False  # chat_template_kwargs.enable_thinking turns reasoning on and off
     per_request_accept_length: bool = False  # /generate's meta_info reports the speculative acceptance length
     wheel_facts: bool = False  # its flags and log formats can be read from its release's wheel (engines.facts)
+    options: frozenset[str] = frozenset()  # the release's launch options, when read from its wheel (else unknown)
 
     def launch_argv(self, python: str, model: str, host: str, port: int, user_args: Sequence[str], *, tp: int = 1,
                     context_length: int | None = None) -> list[str]:  # fmt: skip
@@ -64,11 +65,12 @@ class SGLangEngine(EngineSpec):
     def launch_argv(self, python: str, model: str, host: str, port: int, user_args: Sequence[str], *, tp: int = 1,
                     context_length: int | None = None) -> list[str]:  # fmt: skip
         argv = [python, "-m", self.module, "--model-path", model, "--host", host, "--port", str(port)]
-        if tp > 1:
-            argv += ["--tp", str(tp)]
+        if tp > 1:  # the release's own spelling when its wheel was read ("--tp" is only a prefix of it)
+            argv += ["--tp-size" if "--tp-size" in self.options else "--tp", str(tp)]
         if context_length:
             argv += ["--context-length", str(context_length)]
-        return [*argv, "--enable-metrics", *user_args]
+        metrics = ["--enable-metrics"] if not self.options or "--enable-metrics" in self.options else []
+        return [*argv, *metrics, *user_args]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -603,7 +603,7 @@ def engine_spec(base: Any, facts: EngineFacts) -> Any:
         have.add(lf.milestone)
     kept = [ms for ms in base.milestones if ms.name not in have]
     ready = tuple(re.compile(lf.regex()) for lf in facts.formats("ready")) or base.ready
-    return dc_replace(base, milestones=tuple(derived + kept), ready=ready)
+    return dc_replace(base, milestones=tuple(derived + kept), ready=ready, options=frozenset(facts.options()))
 
 
 # --------------------------------------------------------------------------------------------
