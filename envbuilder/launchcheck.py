@@ -42,12 +42,17 @@ try:
     with contextlib.redirect_stderr(err):
         requested = vars(parser.parse_args(argv))
     sa = prepare_server_args(argv)
-    final = {f.name: getattr(sa, f.name) for f in dataclasses.fields(sa)}
-    def plain(v):
-        return v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
-    changed = {k: [plain(requested[k]), plain(v)] for k, v in final.items()
-               if k in requested and plain(requested[k]) != plain(v)}
-    out = {"ok": True, "changed": changed}
+    out = {"ok": True, "changed": {}}  # SGLang accepted the launch; what follows only reads what it changed
+    try:  # a dataclass up to 0.5.19, a msgspec.Struct from 0.5.20 (its fields in __struct_fields__)
+        names = ([f.name for f in dataclasses.fields(sa)] if dataclasses.is_dataclass(sa)
+                 else list(getattr(type(sa), "__struct_fields__", ())))
+        final = {n: getattr(sa, n) for n in names if hasattr(sa, n)}
+        def plain(v):
+            return v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
+        out["changed"] = {k: [plain(requested[k]), plain(v)] for k, v in final.items()
+                          if k in requested and plain(requested[k]) != plain(v)}
+    except Exception as e:
+        out["read_error"] = f"{type(e).__name__}: {e}"[:300]
 except BaseException as e:
     said = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
     msg = said[-1].split("error: ", 1)[-1] if isinstance(e, SystemExit) and said else f"{type(e).__name__}: {e}"
