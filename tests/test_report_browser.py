@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import matrix, report
+from envbuilder import matrix, report, watch
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
+from envbuilder.report import upgrade
 from envbuilder.results import CellResult, Reason, ResultStore, StageResult, Status
 from envbuilder.smoke import SmokeStage
 from tests.conftest import ROOT, envbuilder, write
@@ -113,14 +114,16 @@ def test_report_page_in_chromium(tmp_path: Path) -> None:
     facts = json.loads(m.group(1).replace("&quot;", '"'))
     assert facts["inner"] == 1280 and facts["open"] == 2
     assert facts["scroll"] <= 1280 and facts["wide"] == [], facts
-    # a wide matrix (3 × 16 squares, long reasons, stacked cells) still fits
+    # a wide matrix (3 × 16 squares, long reasons, stacked cells) and the real watch run's upgrade views still fit
     many = [CellResult(id=f"sglang-{s}_cu{c}_drv-{d}_py{py}", axes={"sglang": s, "cuda": c, "driver": d, "python": py},
                        stages=(StageResult(name="smoke", status=Status.FAIL, reason=Reason.GRAPH_CAPTURE_FAILED,
                                            message="x" * 300),))
             for s in ("0.5.9", "0.5.10", "0.5.11") for c in ("12.6", "12.8", "12.9", "13.0")
             for d in ("host", "580.126.09", "590.48.01", "595.01.02") for py in ("3.11", "3.12")]  # fmt: skip
     big = page.with_name("big.html")
-    big.write_text(report.to_html(many, open_all=True).replace("</body>", SELF_CHECK + "</body>"))
+    real_watch = watch.UpgradeSummary.from_json(json.loads((ROOT / "reports/watch-0.5.11/summary.json").read_text()))
+    ups = upgrade.from_summary(real_watch, wd)  # with its long reasons, fixes and package lists
+    big.write_text(report.to_html(many, open_all=True, upgrades=ups).replace("</body>", SELF_CHECK + "</body>"))
     m3 = re.search(r'<pre id="selfcheck">(.*?)</pre>', chromium(tmp_path, "--window-size=1280,900", "--dump-dom", big.as_uri()).stdout)
     assert m3 is not None
     big_facts = json.loads(m3.group(1).replace("&quot;", '"'))

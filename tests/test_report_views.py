@@ -385,3 +385,17 @@ def test_upgrade_view_from_the_summary_alone(tmp_path: Path) -> None:
     assert "safe to try on a GPU" in html and "pinned (result not in this workdir)" in html
     assert "changed: flash-attn-4 4.0.0b15" in html and ">import</span>" in html
     assert "| verdict | – | skip | |" in upgrade.markdown(up)
+
+
+def test_upgrade_views_of_the_real_watch_run(tmp_path: Path) -> None:
+    """reports/watch-0.5.11/summary.json: watch's record of the 0.5.11 pin over 0.5.12–0.5.23 on a CPU machine."""
+    summary = watch.UpgradeSummary.from_json(json.loads((ROOT / "reports/watch-0.5.11/summary.json").read_text()))
+    ups = upgrade.from_summary(summary, tmp_path)  # the record alone: the results stayed on that machine
+    assert [u.candidate.axes["sglang"] for u in ups] == [r.version for r in summary.releases]
+    tones = {u.candidate.axes["sglang"]: u.tone for u in ups}
+    assert tones["0.5.12"] == "skip" and tones["0.5.23"] == "fail"  # safe to try on a GPU; blocked (bad-flag)
+    last = ups[-1]
+    assert any("bad-flag" in r for r in last.reasons) and any("--mamba-radix-cache-strategy" in f for f in last.fixes)
+    html = report.to_html([], upgrades=ups)
+    assert html.count("<h2>Upgrade: ") == len(ups) and "replace --mamba-scheduler-strategy" in html
+    assert "🟡 safe to try on a GPU" in upgrade.markdown(ups[0]) and "❌ blocked" in upgrade.markdown(last)

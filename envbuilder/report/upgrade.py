@@ -63,6 +63,20 @@ class Upgrade:
         return self.verdict or ("safe to upgrade" if self.safe else "not safe")
 
     @property
+    def tone(self) -> str:
+        """The status colour of the verdict: pass (safe to upgrade), skip (safe to try on a GPU), error
+        (undecided), fail (blocked, not safe)."""
+        if self.safe:
+            return "pass"
+        return {watch.SAFE_TO_TRY: "skip", watch.UNDECIDED: "error"}.get(self.verdict, "fail")
+
+    @property
+    def key_moves(self) -> tuple[Moved, ...]:
+        """The moved packages that matter most (the engine, torch, the kernels), shown first."""
+        keys = {*watch.KEY_PACKAGES, *(a.replace("_", "-") for a in self.candidate.axes)}
+        return tuple(m for m in self.moved if m.name in keys)
+
+    @property
     def metrics(self) -> tuple[Metric, ...]:
         def num(r: CellResult, stage: str, key: str) -> float | None:
             s = r.stage(stage)
@@ -91,8 +105,8 @@ def _ms(v: float | None) -> float | None:
 def from_results(pinned: CellResult, candidate: CellResult, lock_diff: Sequence[Mapping[str, str | None]]) -> Upgrade:
     """``lock_diff`` as :func:`envbuilder.lock.diff` returns it (name, old, new)."""
     moved = tuple(Moved(name=str(d["name"]), old=d.get("old"), new=d.get("new")) for d in lock_diff)
-    reasons = tuple(f"{s.name}: {s.status.value} {s.reason.value} — {s.message}" for s in candidate.stages
-                    if s.status is not Status.PASS)  # fmt: skip
+    reasons = tuple(f"{s.name}: {s.status.value} {s.reason.value}" + (f" — {s.message}" if s.message else "")
+                    for s in candidate.stages if s.status is not Status.PASS)  # fmt: skip
     return Upgrade(pinned=pinned, candidate=candidate, moved=moved, safe=not reasons, reasons=reasons)
 
 
@@ -113,7 +127,8 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def markdown(u: Upgrade) -> str:
-    lines = [f"### Upgrade: `{u.pinned.id}` → `{u.candidate.id}`: {'✅' if u.safe else '❌'} {u.label}", "",
+    icon = {"pass": "✅", "skip": "🟡", "error": "⚠️", "fail": "❌"}[u.tone]
+    lines = [f"### Upgrade: `{u.pinned.id}` → `{u.candidate.id}`: {icon} {u.label}", "",
              "| | pinned | candidate | Δ |", "|---|---|---|---|",
              f"| verdict | {verdict_of(u.pinned)} | {verdict_of(u.candidate)} | |"]  # fmt: skip
     lines += [f"| {m.name} | {fmt_value(m.pinned, m.unit)} | {fmt_value(m.candidate, m.unit)} | {fmt_delta(m)} |"
