@@ -187,10 +187,14 @@ class _Tags(HTMLParser):
         self.tags.append((tag, dict(attrs)))
 
 
-@pytest.mark.parametrize("run", ["plain", "random", "oom", "spec"])
-def test_html_of_each_h200_run(run: str) -> None:
-    wd = H200 / run
-    html = report.to_html(ResultStore(wd / "results").all(), workdir=wd)
+@pytest.mark.parametrize("run", ["h200-sglang-0.5.11/plain", "h200-sglang-0.5.11/random", "h200-sglang-0.5.11/oom",
+                                 "h200-sglang-0.5.11/spec", "h200-sglang-0.5.17/plain-0.5.17",
+                                 "h200-sglang-0.5.17/spec-0.5.17"])  # fmt: skip
+def test_html_of_each_committed_h200_run(run: str) -> None:
+    """Every committed GPU run: the matrix, a timeline, a speed plot where speed ran, every degenerate text flagged."""
+    wd = ROOT / "reports" / run
+    (r,) = ResultStore(wd / "results").all()
+    html = report.to_html([r], workdir=wd)
     p = _Tags()
     p.feed(html)
     tags = [t for t, _ in p.tags]
@@ -198,11 +202,15 @@ def test_html_of_each_h200_run(run: str) -> None:
     assert 'class="matrix"' in html and tags.count("details") == 1
     assert not any(a.get("open") is not None for t, a in p.tags if t == "details")  # collapsed by default
     assert 'class="timeline"' in html
-    assert ('tok/s by concurrency' in html) is (run != "oom")
-    assert f'href="../logs/{CELL}/server.log"' in html
-    if run == "random":
-        assert html.count('<mark class="loop-unit"') == 6
-    if run == "oom":
+    assert ("tok/s by concurrency" in html) is (r.stage("smoke.speed") is not None)
+    assert f'href="../logs/{r.id}/server.log"' in html
+    deg = r.stage("smoke.degeneracy")
+    bad = [t for t in (deg.details.get("texts") or []) if t.get("verdict") == "degenerate"] if deg else []
+    shown = {e.answer and "".join(x.text for x in e.answer) for e in views.cell_view(r, workdir=wd).evidence}
+    for t in bad:  # each degenerate text's flagged answer is on the page (identical answers shown once)
+        assert any(t["text"].strip()[:40] in s for s in shown if s), t["id"]
+    assert html.count('<mark class="loop-unit"') == (6 if run.endswith("random") else 0)
+    if run.endswith("oom"):
         assert '<li class="hit">RuntimeError: Not enough memory' in html
 
 
