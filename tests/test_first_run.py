@@ -57,6 +57,10 @@ def test_without_docker_runnable_cells_fall_back_to_venv_the_rest_say_both_ways_
     # what the user reads: the fallback said in the progress lines, the reason for the other cell
     assert "built a venv with Python 3.11 instead" in r.err
     assert "--runner venv --python PATH" in r.err
+    # `nox -s matrix`'s second step: every report written, the table not printed again, where they are said last
+    rep = envbuilder("--matrix", str(m), "--workdir", str(tmp_path / "wd"), "report", "--all", "--quiet", env=NO_DOCKER)
+    assert rep.out == ""
+    assert rep.err.strip().splitlines()[-1] == f"reports written to {tmp_path / 'wd' / 'reports'}/ (md, html, json, junit)"
 
 
 @pytest.mark.network
