@@ -32,8 +32,12 @@ class Server(Protocol):
     @property
     def client(self) -> EngineClient: ...
 
+    @property
+    def argv(self) -> list[str]: ...
 
-# Starts the cell's server once more without speculation (the reference of ``smoke.spec``); the smoke stage owns it.
+
+# Starts the cell's server once more without speculation (the reference of ``smoke.spec``); the smoke stage owns it
+# and calls it only after the first server has stopped (two servers never hold the GPUs at once).
 StartReference = Callable[[], AbstractContextManager[Server]]
 
 # flags that turn speculative decoding on, per engine; the losslessness reference launches without them
@@ -109,11 +113,6 @@ def check_degeneracy(ctx: RunContext, client: EngineClient, col: Collected) -> S
     return _result("degeneracy", Status.PASS, Reason.OK, f"{len(verdicts)} outputs, none degenerate", **nums)
 
 
-def uses_speculation(ctx: RunContext) -> bool:
-    flags = SPEC_FLAGS.get(ctx.matrix.server.engine, ())
-    return any(a.split("=", 1)[0] in flags for a in ctx.matrix.server.args)
-
-
 def spec_prompts(ctx: RunContext) -> list[golden.Prompt]:
     ps = golden.load_prompt_set(ctx.matrix.smoke.golden, ctx.matrix.path.parent)
     return list(ps.prompts)
@@ -132,10 +131,21 @@ def first_tokens(text: str, n: int) -> list[str]:
     return text.split()[:n]
 
 
-def check_spec(ctx: RunContext, client: EngineClient, col: Collected, start_reference: StartReference) -> StageResult:
+@dataclass(frozen=True, kw_only=True)
+class PendingSpec:
+    """The speculative half of ``smoke.spec``, measured on the first server; :func:`finish_spec` judges it
+    against the reference launch, started after that server has stopped."""
+
+    algorithm: str
+    prompts: tuple[golden.Prompt, ...]
+    with_spec: dict[str, str]
+    accept: float | None
+    per_request: float | None
+
+
+def measure_spec(ctx: RunContext, client: EngineClient, col: Collected, algorithm: str) -> PendingSpec:
+    """Greedy outputs and the acceptance length with speculation on (the server running now)."""
     m = ctx.matrix
-    if not uses_speculation(ctx):
-        return _result("spec", Status.SKIP, Reason.NOT_APPLICABLE, "speculative decoding is not on in this cell's launch")
     info = engine_facts.server_info(client)
     mets = engine_facts.metrics(client)
     prompts = spec_prompts(ctx)
@@ -152,19 +162,30 @@ def check_spec(ctx: RunContext, client: EngineClient, col: Collected, start_refe
             per_request = meta.get("spec_accept_length")
         except requests.RequestException:
             per_request = None
-    # the reference: the same cell launched without speculation
+    return PendingSpec(algorithm=algorithm, prompts=tuple(prompts), with_spec=with_spec, accept=accept,
+                       per_request=per_request)  # fmt: skip
+
+
+def finish_spec(ctx: RunContext, pending: PendingSpec, start_reference: StartReference) -> StageResult:
+    """The reference launch (the final argv without exactly its speculative flags), then the verdict."""
+    m = ctx.matrix
+    n = m.smoke.spec_match_tokens
+    accept, with_spec = pending.accept, pending.with_spec
     with start_reference() as ref:
         if not ref.outcome.ready:
             return _result("spec", Status.ERROR, ref.outcome.reason,
                            f"the no-speculation reference did not start: {ref.outcome.message}",
-                           acceptance_length=accept)  # fmt: skip
-        reference = greedy_outputs(ref.client, prompts, n, m.smoke.seed)
+                           acceptance_length=accept, algorithm=pending.algorithm)  # fmt: skip
+        reference = greedy_outputs(ref.client, list(pending.prompts), n, m.smoke.seed)
+        reference_argv = list(ref.argv)
     same = [pid for pid in with_spec if first_tokens(with_spec[pid], n) == first_tokens(reference[pid], n)]
     identical = len(same) / len(with_spec) if with_spec else 0.0
     diverging = next((pid for pid in with_spec if pid not in same), None)
-    nums: dict[str, Any] = {"acceptance_length": accept, "per_request_accept_length": per_request,
+    nums: dict[str, Any] = {"algorithm": pending.algorithm, "acceptance_length": accept,
+                            "per_request_accept_length": pending.per_request,
                             "identical_fraction": round(identical, 3), "compared_tokens": n,
-                            "prompts": len(with_spec), "floor": m.smoke.min_spec_accept_length}  # fmt: skip
+                            "prompts": len(with_spec), "floor": m.smoke.min_spec_accept_length,
+                            "reference_command": reference_argv}  # fmt: skip
     if diverging:
         nums["first_diverging"] = {"id": diverging, "with_spec": with_spec[diverging][:300],
                                    "without_spec": reference[diverging][:300]}  # fmt: skip
@@ -177,10 +198,11 @@ def check_spec(ctx: RunContext, client: EngineClient, col: Collected, start_refe
                        f"lossless on {identical:.0%} of prompts; the engine reports no acceptance length", **nums)  # fmt: skip
     if accept < m.smoke.min_spec_accept_length:
         return _result("spec", Status.FAIL, Reason.SPEC_LOW_ACCEPTANCE,
-                       f"acceptance length {accept:.2f} < floor {m.smoke.min_spec_accept_length}", **nums)  # fmt: skip
+                       f"{pending.algorithm}: acceptance length {accept:.2f} < floor {m.smoke.min_spec_accept_length}",
+                       **nums)  # fmt: skip
     return _result("spec", Status.PASS, Reason.OK,
-                   f"acceptance length {accept:.2f}; {identical:.0%} of greedy outputs identical without speculation",
-                   **nums)  # fmt: skip
+                   f"{pending.algorithm}: acceptance length {accept:.2f}; {identical:.0%} of greedy outputs identical "
+                   f"without speculation", **nums)  # fmt: skip
 
 
 def check_speed(ctx: RunContext, client: EngineClient, col: Collected) -> StageResult:
@@ -268,11 +290,24 @@ def check_long_context(ctx: RunContext, client: EngineClient, col: Collected, se
                    + (f"; peak KV usage {usage:.0%}" if usage is not None else ""), **nums)  # fmt: skip
 
 
-def run_checks(ctx: RunContext, start_reference: StartReference, client: EngineClient, checks: tuple[str, ...],
-               details: dict[str, Any], server_lines: list[str] | None = None) -> StageResult:  # fmt: skip
-    """Run the selected checks in order (degeneracy last: it judges every text the others produced)."""
+@dataclass
+class CheckRun:
+    """The checks' results so far, and the speculative check's second half when speculation is on."""
+
+    results: list[StageResult]
+    pending_spec: PendingSpec | None = None
+    spec_position: int = 0
+
+
+def run_checks(ctx: RunContext, client: EngineClient, checks: tuple[str, ...], server_lines: list[str] | None = None,
+               *, speculative: str | None = None) -> CheckRun:  # fmt: skip
+    """Run the selected checks in order (degeneracy last: it judges every text the others produced).
+
+    ``speculative``: the algorithm the launched argv turns on (None: ``smoke.spec`` is not applicable). Its
+    reference launch is left to :func:`finish_spec`, after this server has stopped.
+    """
     col = Collected()
-    results: list[StageResult] = []
+    run = CheckRun(results=[])
     order = [c for c in ("golden", "spec", "speed", "long-context", "degeneracy") if c in checks]
     for name in order:
         t = time.monotonic()
@@ -280,7 +315,13 @@ def run_checks(ctx: RunContext, start_reference: StartReference, client: EngineC
             if name == "golden":
                 r = check_golden(ctx, client, col)
             elif name == "spec":
-                r = check_spec(ctx, client, col, start_reference)
+                if speculative is None:
+                    r = _result("spec", Status.SKIP, Reason.NOT_APPLICABLE,
+                                "speculative decoding is not on in this cell's launch")  # fmt: skip
+                else:
+                    run.pending_spec = measure_spec(ctx, client, col, speculative)
+                    run.spec_position = len(run.results)
+                    continue
             elif name == "speed":
                 r = check_speed(ctx, client, col)
             elif name == "long-context":
@@ -289,10 +330,13 @@ def run_checks(ctx: RunContext, start_reference: StartReference, client: EngineC
                 r = check_degeneracy(ctx, client, col)
         except requests.RequestException as e:
             r = _result(name, Status.FAIL, Reason.CRASH, f"the server stopped answering: {type(e).__name__}: {e}")
-        r = StageResult(name=r.name, status=r.status, reason=r.reason, message=r.message,
-                        duration_s=time.monotonic() - t, details=r.details)  # fmt: skip
-        results.append(r)
-    # among failures, the most fundamental diagnosis names the stage: degenerate text explains missed goldens
+        run.results.append(StageResult(name=r.name, status=r.status, reason=r.reason, message=r.message,
+                                       duration_s=time.monotonic() - t, details=r.details))  # fmt: skip
+    return run
+
+
+def summarise(results: list[StageResult], details: dict[str, Any]) -> StageResult:
+    """``smoke``: the worst check names the stage (degenerate text explains missed goldens)."""
     worst = max(results, key=lambda s: (s.status.rank, -_PRIORITY.index(s.reason) if s.reason in _PRIORITY else -99))
     launch = details.get("launch", {})
     summary = "; ".join(f"{r.name.split('.', 1)[1]}: {r.message}" for r in results)
@@ -302,4 +346,4 @@ def run_checks(ctx: RunContext, start_reference: StartReference, client: EngineC
                        message=msg, details=details, checks=tuple(results))  # fmt: skip
 
 
-__all__ = ["SPEC_FLAGS", "engines", "run_checks"]
+__all__ = ["SPEC_FLAGS", "CheckRun", "PendingSpec", "engines", "finish_spec", "run_checks", "summarise"]

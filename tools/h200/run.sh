@@ -47,6 +47,26 @@ if [ "${1:-}" = import-bisect ]; then
   tar -C "$R" -czf "$OUT/import-bisect.tgz" .
   exit 0
 fi
+if [ "${1:-}" = spec16 ]; then  # issue 16: NEXTN on a tiny Qwen3-Next, spec flags in args / in command
+  shift
+  if [ ! -f /tmp/site/.spec16-ready ]; then
+    python3 $W/parts.py join $W || exit 3
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $W/*.whl || exit 4
+    python3 tools/h200/make_tiny_qwen3next_mtp.py tok /models/tiny-qwen3next-mtp || exit 5
+    touch /tmp/site/.spec16-ready
+  fi
+  for where in "$@"; do
+    wd=/tmp/reports/spec-nextn-$where; mkdir -p "$wd"; cp tools/h200/spec-nextn-$where.toml "$wd/matrix.toml"
+    start=$(date +%s)
+    timeout 290 python3 -m envbuilder --matrix "$wd/matrix.toml" --workdir "$wd" smoke --json > "$wd/smoke.json" 2> "$wd/smoke.err"
+    echo "$where: exit $? in $(( $(date +%s) - start )) s"
+    python3 -m envbuilder --matrix "$wd/matrix.toml" --workdir "$wd" report --all > "$wd/table.txt" 2>&1
+    tail -3 "$wd/smoke.err"
+    python3 -c "import json; [print(s['name'], s['status'], s['reason'], s['message'][:300], json.dumps(s['details'].get('kv_tokens', {}).get('predicted')), json.dumps(s['details'].get('kv_tokens', {}).get('logged'))) for r in json.load(open('$wd/smoke.json')) for s in r['stages']]"
+  done
+  tar -C /tmp/reports -czf "$OUT/spec16-$(echo "$@" | tr ' ' '-').tgz" .
+  exit 0
+fi
 if [ "${1:-}" = setup ]; then
   python3 $W/parts.py join $W || exit 3
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $W/*.whl || exit 4
