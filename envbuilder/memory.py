@@ -101,7 +101,7 @@ def shape(cfg: dict[str, Any]) -> ModelShape:
     vision = cfg.get("vision_config")
     vit = None
     if isinstance(vision, dict):
-        vit = (int(vision.get("depth", vision.get("num_hidden_layers", 24))), int(vision.get("hidden_size", 1024)))
+        vit = (int(vision.get("depth") or vision.get("num_hidden_layers") or 24), int(vision.get("hidden_size") or 1024))
     ssm_dtype = str(cfg.get("mamba_ssm_dtype") or "float32")
     return ModelShape(full_layers=full, linear_layers=linear, kv_heads=int(cfg.get("num_key_value_heads", heads)),
                       head_dim=head_dim, v_head_dim=int(cfg.get("v_head_dim") or head_dim),

@@ -14,8 +14,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from envbuilder import lock, model
+from envbuilder import lock, memory, model
 from envbuilder.artifacts import HostFacts
+from envbuilder.errors import InputError
 from envbuilder.matrix import HOST, NONE, Cell, Matrix
 from envbuilder.pipeline import RunContext
 from envbuilder.results import CellResult, Reason, StageResult, Status
@@ -112,40 +113,97 @@ def check_cuda_driver(cell: Cell, facts: HostFacts, cuda: str | None = None) -> 
                     message=f"driver {driver} >= {own} (CUDA {cuda})", source=src)]  # fmt: skip
 
 
-def _launch_args(m: Matrix) -> list[str]:
-    """Launch args normalised to ``--flag=value``."""
-    out: list[str] = []
-    args = list(m.server.args)
-    for i, a in enumerate(args):
-        if a.startswith("--") and "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out.append(f"{a}={args[i + 1]}")
-        else:
-            out.append(a)
-    return out
+BACKEND_FLAGS = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
 
 
-def check_arch(cell: Cell, m: Matrix, facts: HostFacts, lock_versions: dict[str, str]) -> list[Finding]:
+def default_backend(cc: str, *, mla: bool = False, spec_topk: int | None = None) -> str:
+    """The attention backend SGLang picks on compute capability ``cc`` when none is given
+    (srt/server_args.py ``_get_default_attn_backend``; rules/arch.toml ``[default_backend]``)."""
+    d = rules("arch")["default_backend"]
+    major = cc.split(".")[0]
+    topk_ok = spec_topk is None or spec_topk == 1
+    if major == "9" and topk_ok:
+        return str(d["hopper"])
+    if major == "10":
+        return str(d["mla_blackwell"] if mla else d["blackwell"])
+    return str(d["mla_other"] if mla else d["other"])
+
+
+def attention_backends(m: Matrix, cc: str, version: str | None, hybrid: bool) -> tuple[set[str], str]:
+    """(backends the launch uses on ``cc``, a sentence saying which and why)."""
+    from envbuilder import launchargs
+
+    argv = [*(m.server.command or ()), *m.server.args]
+    parsed = launchargs.parse(argv, launchargs.options_for(version))
+    given = {parsed.get(f) for f in BACKEND_FLAGS if parsed.get(f)}
+    linear = parsed.get("--linear-attn-backend") or str(rules("arch")["default_backend"]["linear"])
+    tail = f"; {linear} for the linear-attention layers" if hybrid else ""
+    if given:
+        return {str(g) for g in given}, f"attention backend {', '.join(sorted(str(g) for g in given))} (given){tail}"
+    topk = parsed.get("--speculative-eagle-topk")
+    backend = default_backend(cc, spec_topk=int(topk) if topk and topk.isdigit() else None)
+    return {backend}, (f"no attention backend given: SGLang {version or ''} picks {backend} on sm {cc} "
+                       f"(server_args._get_default_attn_backend){tail}").replace("SGLang  ", "SGLang ")
+
+
+def _applies(k: dict[str, Any], lock_versions: dict[str, str], cuda: str, machine: str) -> bool:
+    from packaging.specifiers import SpecifierSet
+
+    if k.get("arch") and k["arch"] != machine:
+        return False
+    if k.get("cuda_major") is not None and (cuda == NONE or int(cuda.split(".")[0]) != int(k["cuda_major"])):
+        return False
+    present = [p for p in k["packages"] if p in lock_versions]
+    if lock_versions and not present and not k.get("always"):
+        return False
+    spec = str(k.get("versions") or "")
+    if spec and present:
+        return any(SpecifierSet(spec, prereleases=True).contains(lock_versions[p], prereleases=True) for p in present)
+    return not spec or not lock_versions
+
+
+def check_arch(cell: Cell, m: Matrix, facts: HostFacts, lock_versions: dict[str, str],
+               cuda: str | None = None) -> list[Finding]:  # fmt: skip
     ccs = sorted({g.compute_capability for g in facts.gpus if g.compute_capability})
     if not ccs or cell.cuda == NONE:
         return [] if cell.cuda == NONE else [Finding(rule="arch", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
                                                      message="GPU compute capability unknown")]  # fmt: skip
-    launch = _launch_args(m)
+    doc = facts.document
+    os_doc = doc.get("os") if isinstance(doc.get("os"), dict) else {}
+    machine = "aarch64" if "aarch64" in str(doc.get("machine") or os_doc.get("machine", "")) else "x86_64"
+    version = cell.requirements().get("sglang")
+    hybrid = _hybrid(m)
     out: list[Finding] = []
-    for k in rules("arch")["kernel"]:
-        if lock_versions and not any(p in lock_versions for p in k["packages"]) and not k.get("always"):
-            continue
-        missing = [cc for cc in ccs if cc not in k["compute_capabilities"]]
-        if not missing:
-            continue
-        used = k.get("always", False) or any(u in launch for u in k.get("used_when", []))
-        msg = f"{k['name']} has no kernels for compute capability {', '.join(missing)}"
-        if used:
-            out.append(Finding(rule="arch", status=Status.FAIL, reason=Reason.ARCH_UNSUPPORTED,
-                               message=msg + " and this cell uses it", source=k["source"]))  # fmt: skip
-        else:
-            out.append(Finding(rule="arch", status=Status.PASS, reason=Reason.OK,
-                               message=f"note: {msg}; not used here ({k['fallback']})", source=k["source"]))  # fmt: skip
+    for cc in ccs:
+        backends, why = attention_backends(m, cc, version, hybrid) if m.server.engine == "sglang" else (set(), "")
+        if why:
+            out.append(Finding(rule="arch", status=Status.PASS, reason=Reason.OK, message=f"note: {why}",
+                               source=str(rules("arch")["default_backend"]["source"])))  # fmt: skip
+        for k in rules("arch")["kernel"]:
+            if not _applies(k, lock_versions, cuda or cell.cuda, machine):
+                continue
+            if cc in k["compute_capabilities"]:
+                continue
+            used = k.get("always", False) or k.get("backend") in backends
+            ver = next((f" {lock_versions[p]}" for p in k["packages"] if p in lock_versions), "")
+            msg = f"{k['name']}{ver} has no kernels for compute capability {cc}"
+            if used:
+                out.append(Finding(rule="arch", status=Status.FAIL, reason=Reason.ARCH_UNSUPPORTED,
+                                   message=msg + " and this cell uses it", source=k["source"]))  # fmt: skip
+            else:
+                out.append(Finding(rule="arch", status=Status.PASS, reason=Reason.OK,
+                                   message=f"note: {msg}; not used here ({k['fallback']})", source=k["source"]))  # fmt: skip
     return out
+
+
+def _hybrid(m: Matrix) -> bool:
+    try:
+        cfg_path = model.find_config(m.model, m.path.parent)
+    except InputError:  # a bad [model].config is the vram rule's to report
+        return False
+    if cfg_path is None:
+        return False
+    return model.full_attention_layers(model.read_config(cfg_path))[1] > 0
 
 
 def check_glibc(cell: Cell, lk: lock.Lock | None) -> list[Finding]:
@@ -159,6 +217,39 @@ def check_glibc(cell: Cell, lk: lock.Lock | None) -> list[Finding]:
                         message=f"{worst[0] if worst else 'a wheel'} needs glibc {need[0]}.{need[1]}; "
                                 f"{cell.os} has {cell.glibc}")]  # fmt: skip
     return []
+
+
+def launch_flags(m: Matrix) -> list[str]:
+    """The flags a cell's SGLang launch will carry (custom command, or the adapter's --tp/--context-length) + args."""
+    if m.server.command is not None:
+        return [*m.server.command, *m.server.args]
+    adapter = ["--tp", str(m.model.tp)] if m.model.tp > 1 else []
+    if m.model.context_length:
+        adapter += ["--context-length", str(m.model.context_length)]
+    return [*adapter, *m.server.args]
+
+
+def check_memory(cell: Cell, m: Matrix, facts: HostFacts) -> tuple[list[Finding], memory.MemoryPlan | None]:
+    """SGLang's own memory split (rules/sglang_memory.toml) for this launch on the runner's GPUs."""
+    gpus = facts.gpus
+    tp = m.model.tp
+    if gpus and tp > len(gpus):
+        return [Finding(rule="vram", status=Status.FAIL, reason=Reason.VRAM_INSUFFICIENT,
+                        message=f"tp={tp} needs {tp} GPUs; the runner has {len(gpus)}")], None  # fmt: skip
+    plan = memory.predict_for_cell(m, cell, facts, launch_flags(m))
+    if isinstance(plan, str):
+        return [Finding(rule="vram", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS, message=plan)], None
+    src = "; ".join(plan.sources)
+    need = plan.context_length
+    if plan.kv_tokens < max(1, need):
+        fixes = memory.fixes(plan, need)
+        what = ("no KV pool is left" if plan.kv_tokens <= 0 else
+                f"the KV pool ({plan.kv_tokens} tokens per rank) is shorter than the context length {need}")
+        fix = ("; fix: " + " or ".join(str(f) for f in fixes)) if fixes else ""
+        return [Finding(rule="vram", status=Status.FAIL, reason=Reason.VRAM_INSUFFICIENT,
+                        message=f"{what}: {plan.summary()}{fix}", source=src)], plan  # fmt: skip
+    return [Finding(rule="vram", status=Status.PASS, reason=Reason.OK,
+                    message=f"fits: {plan.summary()}; context {need}", source=src)], plan  # fmt: skip
 
 
 def check_vram(m: Matrix, facts: HostFacts, matrix_dir: Any) -> list[Finding]:
@@ -194,11 +285,21 @@ def evaluate(cell: Cell, m: Matrix, facts: HostFacts, lock_path: Any = None) -> 
     versions = lk.versions() if lk else {}
     findings = check_driver_mismatch(cell, facts) if cell.cuda != NONE else []
     findings += check_cuda_driver(cell, facts, (lk.cuda() if lk else None) or cell.cuda)
-    findings += check_arch(cell, m, facts, versions)
+    findings += check_arch(cell, m, facts, versions, (lk.cuda() if lk else None) or cell.cuda)
     findings += check_glibc(cell, lk)
     if cell.cuda != NONE:
-        findings += check_vram(m, facts, m.path.parent)
+        if m.server.engine == "sglang" and model_config_known(m):
+            findings += check_memory(cell, m, facts)[0]
+        else:
+            findings += check_vram(m, facts, m.path.parent)
     return findings
+
+
+def model_config_known(m: Matrix) -> bool:
+    try:
+        return model.find_config(m.model, m.path.parent) is not None
+    except InputError:
+        return False
 
 
 class PrecheckStage:
@@ -212,15 +313,24 @@ class PrecheckStage:
         resolved = prior.lock()
         facts = ctx.host_facts.key()
         return {"facts": facts, "lock": resolved.sha256 if resolved else None,
-                "rules": [rules("cuda_driver")["version"], rules("arch")["version"]], "model": asdict(ctx.matrix.model),
-                "args": list(ctx.matrix.server.args)}  # fmt: skip
+                "rules": [rules("cuda_driver")["version"], rules("arch")["version"], memory.rules()["version"]],
+                "model": asdict(ctx.matrix.model), "args": list(ctx.matrix.server.args),
+                "command": list(ctx.matrix.server.command or ())}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         return True
 
     def run(self, ctx: RunContext, cell: Cell, prior: CellResult) -> StageResult:
         findings = evaluate(cell, ctx.matrix, ctx.host_facts, ctx.workspace.locks(cell.id) / "pylock.toml")
-        details = {"findings": [{**asdict(f), "status": f.status.value, "reason": f.reason.value} for f in findings]}
+        details: dict[str, Any] = {"findings": [{**asdict(f), "status": f.status.value, "reason": f.reason.value}
+                                                for f in findings]}  # fmt: skip
+        plan = (check_memory(cell, ctx.matrix, ctx.host_facts)[1]
+                if cell.cuda != NONE and ctx.matrix.server.engine == "sglang" and model_config_known(ctx.matrix)
+                else None)  # fmt: skip
+        if plan is not None:
+            details["kv_tokens"] = plan.kv_tokens
+            details["max_running_requests"] = plan.max_running_requests
+            details["memory"] = plan.to_json()
         if not ctx.host_facts.known:
             return StageResult(name=self.name, status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
                                message="no runner facts: run on the GPU runner, or pass --host-facts FILE "

@@ -80,7 +80,8 @@ def main() -> int:
     ap.add_argument("--exit", type=int, default=None, help="exit code at the end (negative: that signal)")
     a, engine_args = ap.parse_known_args()  # the engine's own flags: recorded, not interpreted
     if a.recordings is not None:
-        name = "spec_standalone" if "--speculative-algorithm" in engine_args else "plain"
+        spec = any(x.startswith("--speculative-algo") for x in engine_args)  # argparse accepts the prefix
+        name = "spec_standalone" if spec else "plain"
         a.log, a.answers = a.recordings / f"{name}.log", a.recordings / f"{name}.json"
     if a.log is None:
         ap.error("--log or --recordings is required")

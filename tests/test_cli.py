@@ -56,7 +56,8 @@ def test_the_wheel_carries_its_data_files(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("envbuilder-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("envbuilder/_dockerfiles/cell.Dockerfile.j2", "envbuilder/rules/cuda_driver.toml",
-                   "envbuilder/rules/arch.toml", "envbuilder/data/platforms.toml", "envbuilder/prompts/smollm2.toml",
+                   "envbuilder/rules/arch.toml", "envbuilder/rules/sglang_memory.toml", "envbuilder/data/platforms.toml",
+                   "envbuilder/data/sglang_options.json", "envbuilder/prompts/smollm2.toml",
                    "envbuilder/prompts/qwen3.toml"):
         assert needed in names, needed
 

@@ -59,6 +59,9 @@ def test_toolkit_rows_at_and_around_boundary(row: dict[str, str]) -> None:
     ("12.8", "525.60.13", Status.PASS, Reason.OK, True),
     ("12.8", "525.60.12", Status.FAIL, Reason.DRIVER_TOO_OLD, False),
     ("12.9", "575.51.03", Status.PASS, Reason.OK, False),
+    ("13.1", "590.48.01", Status.PASS, Reason.OK, False),    # 13.1 U1: the production container's driver
+    ("13.2", "595.45.04", Status.PASS, Reason.OK, False),
+    ("13.2", "595.44", Status.PASS, Reason.OK, True),
     ("13.0", "580.65.06", Status.PASS, Reason.OK, False),
     ("13.0", "580.1", Status.PASS, Reason.OK, True),
     ("13.0", "575.64.05", Status.FAIL, Reason.DRIVER_TOO_OLD, False),  # 13.x needs >= 580
@@ -95,20 +98,55 @@ def _matrix(tmp_path: Path, extra: str = "", model_path: str = "Qwen/Qwen3.6-27B
     return matrix.load(write(tmp_path / "matrix.toml", text))
 
 
-def test_fa3_is_a_note_on_sm86_unless_selected(tmp_path: Path) -> None:
-    m = _matrix(tmp_path)
-    notes = precheck.check_arch(cell("13.0"), m, facts(), {"sgl-kernel": "0.3.21", "torch": "2.11.0"})
-    assert [f.status for f in notes] == [Status.PASS] and notes[0].message.startswith("note:")
-    m2 = _matrix(tmp_path, '[server]\nargs = ["--attention-backend", "fa3"]\n')
-    fails = precheck.check_arch(cell("13.0"), m2, facts(), {"sgl-kernel": "0.3.21", "torch": "2.11.0"})
-    assert fails[0].status is Status.FAIL and fails[0].reason is Reason.ARCH_UNSUPPORTED and "8.6" in fails[0].message
+LOCK = {"sglang-kernel": "0.4.2", "torch": "2.11.0", "flash-attn-4": "4.0.0b12"}
+
+
+def _arch(tmp_path: Path, args: str, gpus: list[dict[str, Any]] | None = None,
+          lock: dict[str, str] | None = None) -> list[precheck.Finding]:  # fmt: skip
+    m = _matrix(tmp_path, f"[server]\nargs = {args}\n")
+    return precheck.check_arch(cell("13.0"), m, facts(gpus=gpus), lock or LOCK)
+
+
+def test_fa3_on_sm86_is_judged_as_sglang_judges_it(tmp_path: Path) -> None:
+    # sgl-kernel's x86_64 FA3 has sm_80/sm_86/sm_90 kernels and SGLang accepts major 8 (non-MLA) and 9
+    found = _arch(tmp_path, '["--attention-backend", "fa3"]')
+    assert all(f.status is Status.PASS for f in found) and "fa3 (given)" in found[0].message
+    t4 = {"name": "Tesla T4", "memory_mib": 15360, "compute_capability": "7.5"}
+    (_note, fail) = [f for f in _arch(tmp_path, '["--attention-backend", "fa3"]', gpus=[t4, t4]) if f.rule == "arch"][:2]
+    assert fail.status is Status.FAIL and fail.reason is Reason.ARCH_UNSUPPORTED and "7.5" in fail.message
+    assert "FlashAttention 3" in fail.message and "sm_86" in fail.source
+
+
+def test_default_backend_is_stated_and_checked(tmp_path: Path) -> None:
+    cfg = FIXTURES / "models/qwen3.6-27b/config.json"
+    m = _matrix(tmp_path, f'config = "{cfg}"\n')
+    (note,) = precheck.check_arch(cell("13.0"), m, facts(), LOCK)
+    assert note.status is Status.PASS and "picks flashinfer on sm 8.6" in note.message
+    assert "triton for the linear-attention layers" in note.message
     h200 = HostFacts.from_json(json.loads((FIXTURES / "h200-doctor.json").read_text()))
-    assert precheck.check_arch(cell("13.0"), m2, h200, {"sgl-kernel": "0.3.21", "torch": "2.11.0"}) == []
+    assert "picks fa3 on sm 9.0" in precheck.check_arch(cell("13.0"), m, h200, LOCK)[0].message
+
+
+@pytest.mark.parametrize(("fa4", "status"), [("4.0.0b3", Status.FAIL), ("4.0.0b4", Status.FAIL),
+                                             ("4.0.0b9", Status.PASS), ("4.0.0b12", Status.PASS)])
+def test_fa4_architectures_by_beta(tmp_path: Path, fa4: str, status: Status) -> None:
+    found = _arch(tmp_path, '["--attention-backend", "fa4"]', lock={**LOCK, "flash-attn-4": fa4})
+    worst = max(found, key=lambda f: f.status.rank)
+    assert worst.status is status
+    if status is Status.FAIL:
+        assert f"flash_attn.cute) {fa4} has no kernels for compute capability 8.6" in worst.message
+
+
+def test_torch_cu130_x86_has_no_sm110(tmp_path: Path) -> None:
+    thor = {"name": "Jetson Thor", "memory_mib": 131072, "compute_capability": "11.0"}
+    found = _arch(tmp_path, "[]", gpus=[thor, thor])
+    assert any(f.status is Status.FAIL and "PyTorch CUDA 13.0" in f.message for f in found)
 
 
 def test_torch_needs_sm75(tmp_path: Path) -> None:
     v100 = {"name": "Tesla V100", "memory_mib": 32768, "compute_capability": "7.0"}
-    (f,) = precheck.check_arch(cell("12.8"), _matrix(tmp_path), facts(gpus=[v100]), {"torch": "2.9.1"})
+    (note, f) = precheck.check_arch(cell("12.8"), _matrix(tmp_path), facts(gpus=[v100]), {"torch": "2.9.1"})
+    assert note.message.startswith("note: no attention backend given")
     assert f.status is Status.FAIL and "PyTorch" in f.message
 
 
@@ -164,7 +202,7 @@ def test_precheck_cli_with_hand_written_facts(tmp_path: Path) -> None:
     res = {c["axes"]["driver"]: c for c in json.loads(r.out)}
     host = next(s for s in res["host"]["stages"] if s["name"] == "precheck")
     baked = next(s for s in res["590.48.01"]["stages"] if s["name"] == "precheck")
-    assert host["status"] == "pass" and "note: FlashAttention 3" in host["message"]  # sm86: fa3 is not used
+    assert host["status"] == "pass" and "picks flashinfer on sm 8.6" in host["message"]  # sm86: not fa3
     vram = next(f for f in host["details"]["findings"] if f["rule"] == "vram")
     assert vram["status"] == "pass" and "fits" in vram["message"]
     assert baked["status"] == "fail" and baked["reason"] == "driver-mismatch"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -82,6 +83,65 @@ def test_sglang_spec_below_floor_is_low_acceptance(tmp_path: Path) -> None:
     spec = r.stage("smoke.spec")
     assert spec is not None and spec.status is Status.FAIL and spec.reason is Reason.SPEC_LOW_ACCEPTANCE
     assert "3.25 < floor 3.3" in spec.message
+
+
+def test_spec_flags_inside_the_command_are_judged(tmp_path: Path) -> None:
+    # the speculative flags in [server] command, as --flag=value and an argparse abbreviation: still judged
+    cmd = (f'"--recordings", "{H200}", "--speculative-algo=STANDALONE", "--speculative-draft-model-path", '
+           '"/models/smollm2", "--speculative-num-steps=3", "--speculative-eagle-topk", "1"')
+    r = _smoke(tmp_path, _replay_matrix(cmd), checks=("spec",))
+    spec = r.stage("smoke.spec")
+    assert spec is not None and spec.status is Status.PASS and spec.details["algorithm"] == "STANDALONE", spec
+    assert spec.details["acceptance_length"] == 3.25
+    ref = spec.details["reference_command"]  # exactly the speculative flags dropped, the rest kept
+    assert not any(a.startswith("--speculative") for a in ref) and str(H200) in ref and "--compress" in ref
+
+
+def test_reference_starts_after_the_first_server_stopped(tmp_path: Path) -> None:
+    # one fixed port for both launches: a reference started while the first server still held it would fail
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    text = _replay_matrix(f'"--recordings", "{H200}"', SPEC_ARGS).replace("[server]\n", f"[server]\nport = {port}\n")
+    r = _smoke(tmp_path, text, checks=("spec",))
+    spec = r.stage("smoke.spec")
+    assert spec is not None and spec.status is Status.PASS, spec
+    logs = tmp_path / "wd/logs" / r.id
+    assert (logs / "server.log").stat().st_mtime <= (logs / "reference.log").stat().st_mtime
+
+
+GRPC_FAILURE = "ValueError: SGLANG_GRPC_PORT (68941) must be between 1 and 65535"  # SGLang 0.5.11 on the H200
+
+
+def test_port_failure_is_retried_and_never_the_verdict(tmp_path: Path) -> None:
+    # the first start dies of envbuilder's port (as 0.5.11 did on the H200), the second starts
+    marker = tmp_path / "first-start"
+    wrapper = write(tmp_path / "wrap.py", f"""
+import os, sys
+if not os.path.exists({str(marker)!r}):
+    open({str(marker)!r}, "w").close()
+    print({GRPC_FAILURE!r}, flush=True)
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+""")
+    text = _replay_matrix(f'"--recordings", "{H200}"').replace(f'"{sys.executable}", "{REPLAY}"',
+                                                               f'"{sys.executable}", "{wrapper}", "{REPLAY}"')
+    r = _smoke(tmp_path, text, checks=("golden",))
+    smoke = r.stage("smoke")
+    assert smoke is not None and smoke.status is Status.PASS, smoke
+    kv = smoke.details["kv_tokens"]
+    assert kv["logged"] == 1606158
+
+
+def test_port_failure_every_time_is_error_not_fail(tmp_path: Path) -> None:
+    always = write(tmp_path / "fail.py", f"print({GRPC_FAILURE!r}, flush=True)\nraise SystemExit(1)\n")
+    text = _replay_matrix('"--x"').replace(f'"{REPLAY}", "--port", "{{port}}", "--compress", "100", "--x"',
+                                           f'"{always}", "--port", "{{port}}"')
+    r = _smoke(tmp_path, text, checks=("golden",))
+    smoke = r.stage("smoke")
+    assert smoke is not None and (smoke.status, smoke.reason) == (Status.ERROR, Reason.INTERNAL_ERROR), smoke
+    assert "SGLANG_GRPC_PORT" in smoke.message
+    assert len(list((tmp_path / "wd/logs" / r.id).glob("server.log"))) == 1
 
 
 def test_sglang_oom_recording_is_oom(tmp_path: Path) -> None:

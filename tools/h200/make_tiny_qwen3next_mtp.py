@@ -7,6 +7,7 @@ runs on defined weights and its acceptance is ~1. Tokenizer: SmolLM2's, from the
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -23,10 +24,11 @@ torch.manual_seed(0)
 m = Qwen3NextForCausalLM(cfg).to(torch.bfloat16)
 m.save_pretrained(out)
 AutoTokenizer.from_pretrained(tok_dir).save_pretrained(out)
-c = json.load(open(f"{out}/config.json"))
+cfg_file = Path(out) / "config.json"
+c = json.loads(cfg_file.read_text())
 c["full_attention_interval"] = 4
 c["num_nextn_predict_layers"] = 1
-json.dump(c, open(f"{out}/config.json", "w"), indent=1)
+cfg_file.write_text(json.dumps(c, indent=1))
 w = load_file(f"{out}/model.safetensors")
 mtp = {k.replace("model.layers.3.", "mtp.layers.0."): v.clone() for k, v in w.items() if k.startswith("model.layers.3.")}
 mtp["mtp.fc.weight"] = (torch.randn(256, 512) * 0.02).to(torch.bfloat16)
