@@ -378,3 +378,38 @@ def predict_for_cell(m: Matrix, cell: Cell, facts: dict[str, Any], argv: Sequenc
     smallest = min(float(g["memory_mib"]) for g in gpus[: max(1, tp)])
     version = cell.requirements().get("sglang")
     return predict(cfg=cfg, weight_bytes=weights, gpu_mib=smallest, argv=argv, version=version, tp=tp)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordedStart:
+    """What an SGLang server log says about its memory: the launch argv (``CMD`` line), the weights SGLang
+    measured (``Load weight end ... mem usage``), the pools it logged (None where the start ended before)."""
+
+    argv: tuple[str, ...]
+    free_before_weights_gib: float | None  # "Load weight begin. avail mem=": what the GPU had free at that point
+    weights_gib: float | None
+    max_total_num_tokens: int | None
+    max_mamba_cache_size: int | None
+    max_running_requests: int | None
+
+
+def read_log(text: str) -> RecordedStart:
+    """Parse one server log as envbuilder writes it (first line ``CMD <argv>``)."""
+    import re
+    import shlex
+
+    first = text.splitlines()[0] if text else ""
+    argv = tuple(shlex.split(first[4:])) if first.startswith("CMD ") else ()
+
+    def num(pattern: str) -> str | None:
+        hit = re.search(pattern, text)
+        return hit.group(1) if hit else None
+
+    w = num(r"Load weight end\..*?mem usage=([\d.]+) GB")
+    free = num(r"Load weight begin\. avail mem=([\d.]+) GB")
+    tokens = num(r"max_total_num_tokens=(\d+)") or num(r"KV Cache is allocated\. #tokens: (\d+)")
+    mamba = num(r"max_mamba_cache_size: (\d+)")
+    running = num(r"max_total_num_tokens=\d+.*?max_running_requests=(\d+)")
+    return RecordedStart(argv=argv, free_before_weights_gib=float(free) if free else None, weights_gib=float(w) if w else None, max_total_num_tokens=int(tokens) if tokens else None,
+                         max_mamba_cache_size=int(mamba) if mamba else None,
+                         max_running_requests=int(running) if running else None)  # fmt: skip

@@ -82,3 +82,23 @@ def test_plan_is_json(tmp_path: Path) -> None:
     plan = _plan(RECORDED[0])
     out = memory.KvComparison.of(plan, 1606158).to_json()
     assert json.loads(json.dumps(out))["predicted"] == plan.kv_tokens and out["within_tolerance"] is True
+
+
+H200_REPORTS = Path(__file__).parent.parent / "reports/h200-sglang-0.5.11"
+CELL_LOGS = "logs/sglang-0.5.11_cu13.0_drv-host_ubuntu24.04_py3.12"
+
+
+def test_kv_check_on_the_committed_h200_logs() -> None:
+    from tests.conftest import envbuilder
+
+    logs = [str(H200_REPORTS / run / CELL_LOGS / f"{name}.log")
+            for run, name in (("plain", "server"), ("spec", "server"), ("spec", "reference"), ("oom", "server"))]
+    r = envbuilder("--json", "kv-check", *logs, "--config", str(FIXTURES / "models/smollm2-135m/config.json"),
+                   "--host-facts", str(FIXTURES / "h200-doctor.json"), "--sglang", "0.5.11")
+    rows = json.loads(r.out)
+    assert [row["logged"] for row in rows] == [1606158, 1606158, 778216, None]
+    assert rows[0]["within_tolerance"] and rows[1]["within_tolerance"]
+    # the old reference launch started while the speculative server still held 71 GiB: 68.06 GiB free at load
+    assert rows[2]["within_tolerance"] is False and "another server held it" in rows[2]["why"]
+    assert rows[3]["predicted"] <= 0  # --mem-fraction-static 0.0001: SGLang refused the start
+    assert r.code == 1  # one start more than 15 % off

@@ -119,7 +119,59 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
     return errors.EXIT_CELLS_FAILED if bad else errors.EXIT_OK
 
 
+def _configure_kv_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("logs", nargs="+", type=Path, help="SGLang server logs as envbuilder writes them (first line CMD ...)")
+    p.add_argument("--config", type=Path, required=True, help="the served model's config.json")
+    p.add_argument("--host-facts", type=Path, required=True, help="`envbuilder doctor --json` of the machine that ran it")
+    p.add_argument("--sglang", default=None, help="the SGLang release that ran (default: the newest known)")
+
+
+def cmd_kv_check(args: argparse.Namespace, ui: Ui) -> int:
+    """Predicted vs logged max_total_num_tokens for recorded starts; exit 1 if one is more than 15 % off."""
+    from envbuilder import memory
+
+    cfg = model.read_config(args.config)
+    try:
+        facts = json.loads(args.host_facts.read_text())
+        gpu_mib = float(facts["gpus"][0]["memory_mib"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise InputError(str(args.host_facts), "gpus[0].memory_mib", f"not readable ({e})") from None
+    off_any = False
+    rows = []
+    for log in args.logs:
+        try:
+            rec = memory.read_log(log.read_text(errors="replace"))
+        except OSError as e:
+            raise InputError(str(log), None, f"cannot read ({e.strerror or e})") from None
+        if rec.weights_gib is None:
+            rows.append({"log": str(log), "predicted": None, "logged": None, "why": "the start ended before the weights loaded"})
+            continue
+        plan = memory.predict(cfg=cfg, weight_bytes=rec.weights_gib * memory.GIB, gpu_mib=gpu_mib, argv=list(rec.argv),
+                              version=args.sglang)  # fmt: skip
+        cmp = memory.KvComparison.of(plan, rec.max_total_num_tokens)
+        off_any |= cmp.within is False
+        row = {"log": str(log), **cmp.to_json(), "logged_max_running_requests": rec.max_running_requests,
+               "logged_max_mamba_cache_size": rec.max_mamba_cache_size}
+        predicted_free = plan.free_before_weights / memory.GIB
+        if rec.free_before_weights_gib is not None and rec.free_before_weights_gib < 0.95 * predicted_free:
+            row["why"] = (f"the GPU was not empty at this start: {rec.free_before_weights_gib:.2f} GiB free when the "
+                          f"weights began to load, {predicted_free:.2f} GiB on an idle GPU (another server held it)")
+        rows.append(row)
+    if ui.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        for r in rows:
+            off = f"{r['off']:+.2%}" if r.get("off") is not None else "-"
+            pred = r["predicted"] if r["predicted"] is not None else "-"
+            logged = r["logged"] if r["logged"] is not None else "none (start refused)"
+            extra = "" if r.get("predicted") is None or r["predicted"] > 0 else " (no pool: SGLang refuses the start)"
+            extra += f"; {r['why']}" if r.get("why") and r.get("predicted") is not None else ""
+            ui.out.print(escape(f"{r['log']}: predicted {pred}, logged {logged}, off {off}{extra}"))
+    return errors.EXIT_CELLS_FAILED if off_any else errors.EXIT_OK
+
+
 COMMANDS = {
     "launch-check": Command("SGLang's own argument checks against the model's config.json (no GPU, no weights)", _configure_launch_check, cmd_launch_check),
+    "kv-check": Command("predicted (SGLang's own sizing) vs logged KV tokens of recorded SGLang starts", _configure_kv_check, cmd_kv_check),
     "degeneracy": Command("judge generated texts: degenerate or ok, with the span that says so; labels give precision/recall", _configure_degeneracy, cmd_degeneracy),
 }
