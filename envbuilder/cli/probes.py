@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
@@ -137,7 +138,7 @@ def cmd_kv_check(args: argparse.Namespace, ui: Ui) -> int:
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         raise InputError(str(args.host_facts), "gpus[0].memory_mib", f"not readable ({e})") from None
     off_any = False
-    rows = []
+    rows: list[dict[str, Any]] = []
     for log in args.logs:
         try:
             rec = memory.read_log(log.read_text(errors="replace"))
