@@ -295,3 +295,21 @@ def _alive(pid: int) -> bool:
 def _servers_running(model: str) -> bool:
     out = subprocess.run(["pgrep", "-f", f"llama_cpp.server.*{model}"], capture_output=True, text=True, check=False)
     return bool(out.stdout.strip())
+
+
+def test_kv_prediction_off_by_more_than_15_percent_is_a_note(tmp_path: Path) -> None:
+    # facts of a GPU half the H200's size: the prediction is far below what the replayed H200 start logged
+    h200 = json.loads((Path(__file__).parent / "fixtures/h200-doctor.json").read_text())
+    half = {**h200, "gpus": [{**g, "memory_mib": g["memory_mib"] // 2} for g in h200["gpus"]]}
+    cfg = Path(__file__).parent / "fixtures/models/smollm2-135m/config.json"
+    launched = f'"--recordings", "{H200}", "--mem-fraction-static", "0.25", "--cuda-graph-max-bs", "8"'  # as recorded
+    text = _replay_matrix(launched).replace("tp = 1\n", f'tp = 1\nconfig = "{cfg}"\nparameters = 135_000_000\n')
+    m = matrix.load(write(tmp_path / "matrix.toml", text))
+    for facts, noted in ((h200, False), (half, True)):
+        ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / f"wd{noted}"), host_facts=facts, options={})
+        (r,) = run_pipeline(ctx, m.cells(), [SmokeStage(checks=("golden",))])
+        smoke = r.stage("smoke")
+        assert smoke is not None and smoke.status is Status.PASS, smoke
+        kv = smoke.details["kv_tokens"]
+        assert kv["logged"] == 1606158 and kv["within_tolerance"] is (not noted)
+        assert ("note: KV tokens predicted" in smoke.message) is noted
