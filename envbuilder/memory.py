@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from packaging.version import InvalidVersion, Version
 
 from envbuilder import launchargs
+from envbuilder.artifacts import HostFacts
 from envbuilder.matrix import Cell, Matrix
 
 GIB = 1 << 30
@@ -354,13 +355,13 @@ def weights_on_disk(model_dir: Path) -> float | None:
     return float(sum(f.stat().st_size for f in files)) if files else None
 
 
-def predict_for_cell(m: Matrix, cell: Cell, facts: dict[str, Any], argv: Sequence[str], *,
+def predict_for_cell(m: Matrix, cell: Cell, facts: HostFacts, argv: Sequence[str], *,
                      model_path: str | None = None) -> MemoryPlan | str:  # fmt: skip
     """The plan for a cell's launch on the runner ``facts`` describe, or why there is none."""
     from envbuilder import model
 
-    gpus = facts.get("gpus") or []
-    if not gpus or not all(g.get("memory_mib") for g in gpus):
+    gpus = facts.gpus
+    if not gpus or not all(g.memory_mib for g in gpus):
         return "GPU memory unknown"
     cfg_path = model.find_config(m.model, m.path.parent)
     if cfg_path is None and model_path and (Path(model_path) / "config.json").exists():
@@ -375,7 +376,7 @@ def predict_for_cell(m: Matrix, cell: Cell, facts: dict[str, Any], argv: Sequenc
             return "model size unknown: give [model] parameters"
         weights = fp.weight_bytes
     tp = m.model.tp
-    smallest = min(float(g["memory_mib"]) for g in gpus[: max(1, tp)])
+    smallest = min(float(g.memory_mib or 0) for g in gpus[: max(1, tp)])
     version = cell.requirements().get("sglang")
     return predict(cfg=cfg, weight_bytes=weights, gpu_mib=smallest, argv=argv, version=version, tp=tp)
 

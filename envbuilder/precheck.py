@@ -169,8 +169,9 @@ def check_arch(cell: Cell, m: Matrix, facts: HostFacts, lock_versions: dict[str,
         return [] if cell.cuda == NONE else [Finding(rule="arch", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS,
                                                      message="GPU compute capability unknown")]  # fmt: skip
     doc = facts.document
-    os_doc = doc.get("os") if isinstance(doc.get("os"), dict) else {}
-    machine = "aarch64" if "aarch64" in str(doc.get("machine") or os_doc.get("machine", "")) else "x86_64"
+    os_doc = doc.get("os")
+    os_machine = os_doc.get("machine", "") if isinstance(os_doc, dict) else ""
+    machine = "aarch64" if "aarch64" in str(doc.get("machine") or os_machine) else "x86_64"
     version = cell.requirements().get("sglang")
     hybrid = _hybrid(m)
     out: list[Finding] = []

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from envbuilder import matrix
+from envbuilder.artifacts import HostFacts
 from envbuilder.pipeline import RunContext, RunOptions, Workspace, run_pipeline
 from envbuilder.results import CellResult, Reason, Status
 from envbuilder.smoke import SmokeStage
@@ -306,7 +307,8 @@ def test_kv_prediction_off_by_more_than_15_percent_is_a_note(tmp_path: Path) -> 
     text = _replay_matrix(launched).replace("tp = 1\n", f'tp = 1\nconfig = "{cfg}"\nparameters = 135_000_000\n')
     m = matrix.load(write(tmp_path / "matrix.toml", text))
     for facts, noted in ((h200, False), (half, True)):
-        ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / f"wd{noted}"), host_facts=facts, options={})
+        ctx = RunContext(matrix=m, workspace=Workspace(tmp_path / f"wd{noted}"), host_facts=HostFacts.from_json(facts),
+                         options=RunOptions())
         (r,) = run_pipeline(ctx, m.cells(), [SmokeStage(checks=("golden",))])
         smoke = r.stage("smoke")
         assert smoke is not None and smoke.status is Status.PASS, smoke
