@@ -27,6 +27,7 @@ from envbuilder.matrix import Cell, Matrix
 
 GIB = 1 << 30
 MIB = 1 << 20
+COMBINED_FRACTION_CAP = 0.88  # a raised fraction envbuilder proposes at most (SGLang's own fallback default)
 KV_DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5}
 
 
@@ -307,6 +308,14 @@ def fixes(plan: MemoryPlan, need_tokens: int) -> list[Fix]:
         if 1 <= n < plan.spec_requests:
             out.append(Fix(flag="--max-running-requests", value=str(n),
                            why=f"{n} sequences' hybrid and speculative states leave {need_tokens} KV tokens"))  # fmt: skip
+    if not out and plan.state_per_request and plan.spec_requests:  # neither alone: fewer sequences and a larger fraction
+        for n in range(plan.spec_requests - 1, 0, -1):
+            states = plan.state_per_request * n * (plan.draft_tokens + (1 if fixed_pool else 0))
+            f = (plan.weights + states + kv_need) / free
+            if f <= COMBINED_FRACTION_CAP:
+                out.append(Fix(flag="--max-running-requests", value=f"{n} --mem-fraction-static {f + 0.005:.3f}",
+                               why=f"{n} sequences' states and {need_tokens} KV tokens per rank fit in {f:.3f}"))  # fmt: skip
+                break
     if 0 < plan.kv_tokens < need_tokens:
         out.append(Fix(flag="--context-length", value=str(plan.kv_tokens),
                        why=f"the pool holds {plan.kv_tokens} tokens"))  # fmt: skip

@@ -102,3 +102,15 @@ def test_kv_check_on_the_committed_h200_logs() -> None:
     assert rows[2]["within_tolerance"] is False and "another server held it" in rows[2]["why"]
     assert rows[3]["predicted"] <= 0  # --mem-fraction-static 0.0001: SGLang refused the start
     assert r.code == 1  # one start more than 15 % off
+
+
+def test_radix_cache_on_needs_fewer_sequences_and_a_larger_fraction() -> None:
+    cfg = model.read_config(QWEN36)
+    argv = [a for a in PRODUCTION if a != "--disable-radix-cache"]
+    plan = memory.predict(cfg=cfg, weight_bytes=55.6e9, gpu_mib=A6000_MIB, argv=argv, version="0.5.11", tp=2)
+    assert plan.kv_tokens <= 0
+    (fix,) = memory.fixes(plan, 131072)
+    n, _, fraction = fix.value.split()
+    fixed = memory.predict(cfg=cfg, weight_bytes=55.6e9, gpu_mib=A6000_MIB, version="0.5.11", tp=2,
+                           argv=[*argv, "--max-running-requests", n, "--mem-fraction-static", fraction])
+    assert fixed.kv_tokens >= 131072 and float(fraction) <= memory.COMBINED_FRACTION_CAP + 0.005
