@@ -13,7 +13,7 @@ import re
 import socket
 from collections.abc import Sequence
 
-from envbuilder import memory
+from envbuilder import engines, memory
 
 LOW, HIGH = 20000, 65535
 # a failed start caused by the port envbuilder picked, not by the cell: retry on another port
@@ -24,7 +24,7 @@ ENV_FAILURE = re.compile(r"SGLANG_GRPC_PORT \(\d+\) must be between 1 and 65535|
 
 def offsets(engine: str, version: str | None, args: Sequence[str]) -> tuple[int, ...]:
     """The ports ``engine`` at ``version`` derives from its ``--port`` for this launch, as offsets."""
-    if engine != "sglang":
+    if not engines.engine(engine).sglang_rules:
         return ()
     table = memory.rules().get("ports", {})
     if not table:

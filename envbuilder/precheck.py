@@ -176,7 +176,7 @@ def check_arch(cell: Cell, m: Matrix, facts: HostFacts, lock_versions: dict[str,
     hybrid = _hybrid(m)
     out: list[Finding] = []
     for cc in ccs:
-        backends, why = attention_backends(m, cc, version, hybrid) if m.server.engine == "sglang" else (set(), "")
+        backends, why = attention_backends(m, cc, version, hybrid) if _sglang(m) else (set(), "")
         if why:
             out.append(Finding(rule="arch", status=Status.PASS, reason=Reason.OK, message=f"note: {why}",
                                source=str(rules("arch")["default_backend"]["source"])))  # fmt: skip
@@ -289,11 +289,17 @@ def evaluate(cell: Cell, m: Matrix, facts: HostFacts, lock_path: Any = None) -> 
     findings += check_arch(cell, m, facts, versions, (lk.cuda() if lk else None) or cell.cuda)
     findings += check_glibc(cell, lk)
     if cell.cuda != NONE:
-        if m.server.engine == "sglang" and model_config_known(m):
+        if _sglang(m) and model_config_known(m):
             findings += check_memory(cell, m, facts)[0]
         else:
             findings += check_vram(m, facts, m.path.parent)
     return findings
+
+
+def _sglang(m: Matrix) -> bool:
+    from envbuilder import engines
+
+    return engines.engine(m.server.engine).sglang_rules
 
 
 def model_config_known(m: Matrix) -> bool:
@@ -326,7 +332,7 @@ class PrecheckStage:
         details: dict[str, Any] = {"findings": [{**asdict(f), "status": f.status.value, "reason": f.reason.value}
                                                 for f in findings]}  # fmt: skip
         plan = (check_memory(cell, ctx.matrix, ctx.host_facts)[1]
-                if cell.cuda != NONE and ctx.matrix.server.engine == "sglang" and model_config_known(ctx.matrix)
+                if cell.cuda != NONE and _sglang(ctx.matrix) and model_config_known(ctx.matrix)
                 else None)  # fmt: skip
         if plan is not None:
             details["kv_tokens"] = plan.kv_tokens

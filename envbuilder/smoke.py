@@ -87,7 +87,7 @@ def engine_version(ctx: RunContext, cell: Cell) -> str | None:
 
 def speculative(ctx: RunContext, cell: Cell, argv: list[str]) -> str | None:
     """The speculative algorithm the final launch argv turns on (any form argparse accepts), or None."""
-    if ctx.matrix.server.engine == "sglang":
+    if engines.engine(ctx.matrix.server.engine).sglang_rules:
         return launchargs.speculative_algorithm(argv, launchargs.options_for(engine_version(ctx, cell)))
     flags = engines.engine(ctx.matrix.server.engine).spec_flags
     return "draft" if any(a.split("=", 1)[0] in flags for a in argv) else None
@@ -95,7 +95,7 @@ def speculative(ctx: RunContext, cell: Cell, argv: list[str]) -> str | None:
 
 def without_speculation(ctx: RunContext, cell: Cell, argv: list[str]) -> list[str]:
     """The final launch argv with exactly its speculative-decoding flags dropped."""
-    if ctx.matrix.server.engine == "sglang":
+    if engines.engine(ctx.matrix.server.engine).sglang_rules:
         return launchargs.without_speculation(argv, launchargs.options_for(engine_version(ctx, cell)))
     return engines.drop_flags(argv, lambda flag: flag in engines.engine(ctx.matrix.server.engine).spec_flags)
 
@@ -251,7 +251,7 @@ def _reference(ctx: RunContext, cell: Cell, prior: CellResult) -> Iterator[Runni
 
 def kv_comparison(ctx: RunContext, cell: Cell, launch: Launch, outcome: LaunchOutcome) -> dict[str, Any] | None:
     """Predicted (SGLang's sizing, rules/sglang_memory.toml) vs logged ``max_total_num_tokens`` for this launch."""
-    if ctx.matrix.server.engine != "sglang" or not launch.argv:
+    if not engines.engine(ctx.matrix.server.engine).sglang_rules or not launch.argv:
         return None
     logged = next((int(m.values["tokens"]) for m in outcome.milestones if m.name == "max_tokens"), None)
     if logged is None:

@@ -53,6 +53,7 @@ class EngineSpec:
     per_request_accept_length: bool = False  # /generate's meta_info reports the speculative acceptance length
     wheel_facts: bool = False  # its flags and log formats can be read from its release's wheel (engines.facts)
     options: frozenset[str] = frozenset()  # the release's launch options, when read from its wheel (else unknown)
+    sglang_rules: bool = False  # envbuilder's per-release SGLang data applies (launchargs, memory, ports)
 
     def launch_argv(self, python: str, model: str, host: str, port: int, user_args: Sequence[str], *, tp: int = 1,
                     context_length: int | None = None) -> list[str]:  # fmt: skip
@@ -127,6 +128,7 @@ SGLANG = SGLangEngine(
     needs_gpu=True,
     thinking_switch=True,
     per_request_accept_length=True,
+    sglang_rules=True,
     wheel_facts=True,
     package="sglang",
     module="sglang.launch_server",
