@@ -29,6 +29,7 @@ from envbuilder.errors import StageFailure
 from envbuilder.layers import Layer
 from envbuilder.matrix import NONE, Cell
 from envbuilder.pipeline import RunContext
+from envbuilder.redact import redact
 from envbuilder.results import Reason, StageResult, Status
 from envbuilder.uvbin import uv_bin
 
@@ -190,7 +191,7 @@ def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[
                                           network_mode="host", labels=labels, pull=False, nocache=nocache):  # fmt: skip
                 if "stream" in chunk:
                     s = chunk["stream"]
-                    log.write(s)
+                    log.write(redact(s))
                     s = ANSI.sub("", s)
                     if s.startswith("Step "):
                         steps += 1
@@ -202,7 +203,7 @@ def build(client: Any, context: Path, tag: str, log_path: Path, *, labels: dict[
                         cached += 1
                 elif "error" in chunk:
                     last_error = chunk["error"].strip()
-                    log.write(f"ERROR: {last_error}\n")
+                    log.write(redact(f"ERROR: {last_error}") + "\n")
                 log.flush()
         except docker.errors.DockerException as e:
             raise dockerapi.failure(e) from None

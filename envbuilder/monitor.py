@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from envbuilder.engines import EngineSpec, milestone_name
+from envbuilder.redact import redact
 from envbuilder.results import Reason, Status
 
 _TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\s+[^\]]*)?\]")
@@ -295,7 +296,7 @@ def watch(
             lines.append(ev.text)
             last_progress = ev.t
             if log is not None:
-                log.write(ev.text + "\n")
+                log.write(redact(ev.text) + "\n")
                 log.flush()
             if echo is not None:
                 echo(ev.text)
@@ -329,7 +330,7 @@ def watch(
                 if isinstance(rest, LogLine):
                     lines.append(rest.text)
                     if log is not None:
-                        log.write(rest.text + "\n")
+                        log.write(redact(rest.text) + "\n")
             reason, msg, rank = classify(lines, ev.code, spec)
             return outcome(Status.FAIL, reason, msg, exit_code=ev.code, decided_from=ev.t, rank=rank)
         if fatal_at is not None and now - fatal_at >= lim.fatal_grace_s:

@@ -28,6 +28,7 @@ from envbuilder.errors import InputError, StageFailure, did_you_mean
 from envbuilder.matrix import NONE, Cell, Matrix
 from envbuilder.monitor import LaunchOutcome, LogLine, WatchLimits, watch
 from envbuilder.pipeline import RunContext
+from envbuilder.redact import redact
 from envbuilder.results import CellResult, Reason, StageResult, Status
 
 SUITE_VERSION = 2
@@ -194,7 +195,7 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
                          stall_timeout_s=ctx.options.stall_timeout_s or m.server.stall_timeout_s)  # fmt: skip
     runner_cm = launch.backend.serve(launch.argv, env=launch.env, base_url=launch.base_url, name=f"{cell.id}-{name}")
     with log_path.open("w") as log, runner_cm as handle:
-        log.write("CMD " + " ".join(launch.argv) + "\n")
+        log.write(redact("CMD " + " ".join(launch.argv)) + "\n")
         lines: list[str] = []
         outcome = watch(handle.events, spec, log=log, echo=echo, ready_check=lambda: ready_probe(client),
                         http_only=not launch.backend.logs, limits=limits, sink=lines)  # fmt: skip
@@ -208,7 +209,7 @@ def started(ctx: RunContext, cell: Cell, launch: Launch, *, name: str,
                     continue
                 if isinstance(ev, LogLine):
                     lines.append(ev.text)
-                    log.write(ev.text + "\n")
+                    log.write(redact(ev.text) + "\n")
                     if echo is not None:
                         echo(ev.text)
 

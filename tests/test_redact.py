@@ -83,3 +83,17 @@ def test_index_credentials_never_stored_or_printed(tmp_path: Path) -> None:
                 assert s["status"] == "error" and "****@127.0.0.1:9" in s["message"], s
     assert not [o for o in outputs if SECRET in o]
     assert any("****@" in o for o in outputs)
+
+
+def test_server_logs_are_written_redacted(tmp_path: Path) -> None:
+    """The server log envbuilder writes (what a report may link) carries no token a launch printed."""
+    from envbuilder import engines, monitor
+    from tests.conftest import RUNS
+
+    lines = [*monitor.read_log(RUNS / "0.5.11-h200/spec_standalone.log")]
+    lines.insert(1, f"[2026-05-07 10:00:00] HF_TOKEN={SECRET} api_key via Authorization: Bearer {SECRET}")
+    log = tmp_path / "smoke.log"
+    with log.open("w") as f:
+        monitor.watch(monitor.replay_events(lines, None), engines.SGLANG, ready_check=lambda: None, log=f)
+    text = log.read_text()
+    assert SECRET not in text and "HF_TOKEN=****" in text and "Bearer ****" in text
