@@ -16,7 +16,7 @@ from envbuilder.cli.options import (
     read_host_facts,
     stage_options,
 )
-from envbuilder.cli.ui import Ui, results_table
+from envbuilder.cli.ui import Ui, progress, results_table
 from envbuilder.pipeline import RunContext, Workspace, run_pipeline
 from envbuilder.report import upgrade as upgrade_view
 from envbuilder.resolve import engine_package
@@ -118,8 +118,11 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
         return errors.EXIT_OK
     baseline = dict(prov.get("baseline") or {})
     args.drift = True  # resolve as of the release day and today, with the drift
-    ctx = RunContext(matrix=m, workspace=ws, host_facts=read_host_facts(args),
-                     options=replace(stage_options(args), baseline_speed=baseline.get("decode_tokens_per_s")))  # fmt: skip
+    stages = all_stages(args)
+    force = set(args.force_stage or []) | ({s.name for s in stages} if args.force else set())
+    ctx = RunContext(matrix=m, workspace=ws, host_facts=read_host_facts(args), force_stages=frozenset(force),
+                     options=replace(stage_options(args), baseline_speed=baseline.get("decode_tokens_per_s")),
+                     events=progress(ui))  # fmt: skip
     gpu = bool(ctx.host_facts.gpus)
     pinned_version = dict(pinned.packages)[axis]
     launch = list(m.server.args)
@@ -140,7 +143,7 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
     for cell, when in cands:
         version = dict(cell.packages)[axis]
         t0 = time.monotonic()
-        r = run_pipeline(ctx, [cell], all_stages(args))[0]
+        r = run_pipeline(ctx, [cell], stages)[0]
         results.append(r)
         verdict, reasons, fixes = watch.decide(r, gpu=gpu, baseline=baseline, tolerance=args.tolerance)
         notes: list[str] = []
