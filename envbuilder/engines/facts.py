@@ -154,6 +154,10 @@ class LogFormat:
         return LogFormat(milestone=d["milestone"], parts=parts, source=d["source"])
 
 
+# the group names the hand-kept patterns use, which the smoke stage and the reports read
+_GROUP_ALIASES = {"max_total_num_tokens": "tokens", "context_len": "ctx"}
+
+
 def field_name(before: str | Field, f: Field, used: set[str]) -> str:
     """A group name for a field: the key printed before it (``#tokens: {n}`` -> ``tokens``, ``elapsed={t}``
     -> ``elapsed``), else its expression's last identifier; made unique within the template."""
@@ -163,6 +167,7 @@ def field_name(before: str | Field, f: Field, used: set[str]) -> str:
     if not base:
         ids = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", f.expr)
         base = ids[-1] if ids else "value"
+    base = _GROUP_ALIASES.get(base, base)
     name, k = base, 2
     while name in used:
         name, k = f"{base}_{k}", k + 1
