@@ -45,6 +45,7 @@ LOOP_REPEATS_SINGLE = 6  # one piece repeated ("the the the"): laughter and emph
 LOOP_REPEATS_LETTER = 16  # one single-letter piece ("n * n * n * n" is a formula)
 LOOP_LONG_UNIT = 24  # a unit this long (a paragraph) repeated back to back is a loop sooner
 LOOP_REPEATS_LONG = 2.5
+LOOP_CUT_PIECES = 2  # pieces of a third copy of a paragraph, cut off mid-sentence at the end
 LOOP_REPEATS_STRUCTURED = 8  # code and tables repeat lines legitimately
 LOOP_FUZZY_PERIOD = 8  # from this period on, a repeat may differ in one isolated piece
 LOOP_MIN_CHARS = 16  # span of the repeated region
@@ -82,6 +83,18 @@ SYMBOL_SOUP_LETTERS = 0.25  # ...that still has letters (ASCII art has hardly an
 SYMBOL_SOUP_MIN_CHARS = 40
 HAN_NORMAL = 0.2  # share of CJK letters from which CJK next to Latin is ordinary text
 SCRIPT_PRESENT = 0.05  # a script this present in the text may glue to Latin names ("PyTorch를", "JARVISа")
+STRAY_SCRIPT_LETTERS = 3  # a foreign alphabet present only as one fragment of this many letters at most
+STRAY_SCRIPT_CHARS = 150  # ...at least once per this many characters (one glitch in a long answer is not salad)
+HAN_DIGIT_LINES = 2  # code/Latin lines where CJK characters are glued to a number ("rate_limit=一枝2.0")
+HAN_DIGIT_LINE_SHARE = 0.34  # CJK share of a line's letters below which the line is Latin/code
+TOKEN_PIECES = 16  # a long token (no whitespace) of this many letter pieces...
+TOKEN_DISTINCT = 0.3  # ...with this share of distinct ones is a loop with variations ("www/else/where//")
+BRACKET_MISMATCHES = 2  # a bracket closed by another kind ("(input-packet-39 has a class]")...
+BRACKET_CHARS = 200  # ...at least once per this many characters, outside code blocks
+RECUR_PERIOD = 4  # a short phrase (2..4 pieces, >= RECUR_CHARS letters) repeated back to back...
+RECUR_CHARS = 8
+RECUR_REPEATS = 3  # ...this many times, in RECUR_RUNS separate places ('colspan="20" colspan="20" ...')
+RECUR_RUNS = 2
 SPARSE_MIN_CHARS = 40
 SPARSE_FRACTION = 0.15
 DISTINCT2 = 0.3
@@ -292,6 +305,23 @@ def _piece_loops(text: str, ps: list[_Piece], structured: bool, runaway: bool) -
     return out
 
 
+_SENTENCE_END = set(".!?。！？…\"'”’)]}>*`")
+
+
+def _cut_paragraph_loop(text: str, ps: list[_Piece]) -> list[Finding]:
+    """A paragraph written twice and a third copy cut off mid-sentence at the end: it was still looping when
+    generation stopped (a chat model not stopping at its end-of-turn token)."""
+    if text.rstrip()[-1:] in _SENTENCE_END:
+        return []
+    for run in periodic_runs([p.norm for p in ps], PIECE_MAX_PERIOD, 2, LOOP_FUZZY_PERIOD):
+        if (run.period >= LOOP_LONG_UNIT and run.end >= len(ps) - 1
+                and run.end - run.start >= 2 * run.period + LOOP_CUT_PIECES):  # fmt: skip
+            start, end = ps[run.start].start, ps[run.end - 1].end
+            return [Finding(signal="loop", start=start, end=end,
+                            detail=f"{_unit_text(text, ps, run)!r} written twice, a third copy cut off")]
+    return []
+
+
 def _only_elision(rest: str) -> bool:
     """What follows is nothing, an ellipsis a reporter used to cut the quote, or end-of-text markers."""
     return re.fullmatch(r"[\s.…,;:!?)\]}'\"*]*(\.\.\.|…)?[\s.…)]*", rest) is not None
@@ -488,6 +518,105 @@ def _script_soup(text: str, shares: dict[str, float]) -> list[Finding]:
                     detail=f"{len(bad)} words glue writing systems ({shown})")]
 
 
+def _stray_script(text: str, shares: dict[str, float]) -> list[Finding]:
+    """A foreign alphabet that is present only as one short fragment ("特点和(from co的背后 మ name…",
+    "devil.i#else?; соб und"): sub-word salad from another script, dense enough not to be a one-off glitch."""
+    if not shares:
+        return []
+    main = max(shares, key=lambda k: shares[k])
+    out: list[Finding] = []
+    for sc in shares:
+        if sc == main or sc == "LATIN" or sc not in _SPACED:
+            continue
+        letters = [i for i, c in enumerate(text) if script(c) == sc and not unicodedata.category(c).startswith("M")]
+        toks = [m for m in _TOKEN.finditer(text) if any(script(c) == sc for c in m.group())]
+        if len(letters) <= STRAY_SCRIPT_LETTERS and len(toks) == 1 and len(text) <= STRAY_SCRIPT_CHARS:
+            out.append(Finding(signal="script-soup", start=toks[0].start(), end=toks[0].end(),
+                               detail=f"a lone {sc.lower()} fragment {toks[0].group()[:20]!r} in "
+                                      f"{main.lower()} text"))  # fmt: skip
+    return out[:1]
+
+
+_HAN_DIGIT = re.compile(r"(?<![\d\u3400-\u9fff\u3040-\u30ff])[\u3400-\u9fff\u3040-\u30ff]+\d[\d.]*"
+                        r"(?![\d.]*[\u3400-\u9fff\u3040-\u30ff])")  # not a date or a count ("2024年5月", "第3章")
+
+
+def _han_in_code(text: str) -> list[Finding]:
+    """CJK characters glued to numbers inside code or Latin lines ("self.tokens = 充0", "^接收3.0.1"): tokens of
+    another language injected into code. CJK text writes "第3", "2024年5月", "《教父2》", but its lines carry
+    CJK punctuation or the CJK does not follow an operator."""
+    bad: list[tuple[int, int]] = []
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        hits = [m for m in _HAN_DIGIT.finditer(line) if line[: m.start()].rstrip()[-1:] in _CODE_BEFORE_HAN]
+        if hits and not _CJK_PUNCT.search(line):
+            han = sum(1 for c in line if script(c) == "HAN")
+            latin = sum(1 for c in line if script(c) == "LATIN")
+            if latin and han / (han + latin) < HAN_DIGIT_LINE_SHARE:
+                bad.append((pos + hits[0].start(), pos + hits[0].end()))
+        pos += len(line)
+    if len(bad) < HAN_DIGIT_LINES:
+        return []
+    return [Finding(signal="script-soup", start=bad[0][0], end=bad[-1][1],
+                    detail=f"{len(bad)} code/Latin lines with CJK characters glued to a number "
+                           f"({text[bad[0][0] : bad[0][1]]!r})")]  # fmt: skip
+
+
+_CODE_BEFORE_HAN = set("=^:\"'([,")
+_CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20]")
+
+
+def _token_collapse(text: str) -> list[Finding]:
+    """One long whitespace-free token made of a few word fragments recurring with variations
+    ("http://www/other/sat/else/where/more//www/else/where//else/where/…")."""
+    for m in re.finditer(r"\S{80,}", text):
+        words = re.findall(r"[^\W\d_]{2,}", m.group().casefold())
+        if len(words) >= TOKEN_PIECES and len(set(words)) / len(words) <= TOKEN_DISTINCT:
+            return [Finding(signal="loop", start=m.start(), end=m.end(),
+                            detail=f"one {len(m.group())}-character token of {len(words)} word pieces, "
+                                   f"{len(set(words))} distinct")]  # fmt: skip
+    return []
+
+
+_CLOSER = {")": "(", "]": "[", "}": "{"}
+_INTERVAL = re.compile(r"\s*[-\w.+∞]+\s*,\s*[-\w.+∞]+\s*")  # [0, 1) is a half-open interval
+
+
+def _bracket_mismatch(text: str) -> list[Finding]:
+    """Brackets closed by another kind, densely: code-shaped gibberish that keeps indentation and brackets
+    but not their structure ("var{ [urlTow] (pasted-2023 (input-packet-39 has a class](new-employee}")."""
+    stack: list[tuple[str, int]] = []
+    bad: list[int] = []
+    for i, c in enumerate(text):
+        if c in "([{":
+            stack.append((c, i))
+        elif c in _CLOSER and stack:
+            opener, j = stack.pop()
+            if opener != _CLOSER[c] and not _INTERVAL.fullmatch(text[j + 1 : i]):
+                bad.append(i)
+    if len(bad) < BRACKET_MISMATCHES or len(bad) * BRACKET_CHARS < len(text):
+        return []
+    return [Finding(signal="symbol-soup", start=bad[0], end=bad[-1] + 1,
+                    detail=f"{len(bad)} brackets closed by another kind in {len(text)} characters")]
+
+
+def _recurring_phrase(text: str, ps: list[_Piece]) -> list[Finding]:
+    """The same short phrase stuttered back to back in several places: a loop that keeps restarting between
+    other debris ('colspan="20" colspan="20" colspan="20" … </tbody> colspan="20" colspan="20" …')."""
+    norms = [p.norm for p in ps]
+    places: dict[tuple[str, ...], list[Run]] = {}
+    for run in periodic_runs(norms, RECUR_PERIOD, RECUR_REPEATS):
+        unit = tuple(norms[run.start : run.start + run.period])
+        if run.period >= 2 and sum(len(u) for u in unit) >= RECUR_CHARS:
+            places.setdefault(unit, []).append(run)
+    for unit, runs in places.items():
+        if len(runs) >= RECUR_RUNS:
+            runs.sort(key=lambda r: r.start)
+            return [Finding(signal="loop", start=ps[runs[0].start].start, end=ps[runs[-1].end - 1].end,
+                            detail=f"{' '.join(unit)[:40]!r} repeated back to back in {len(runs)} places")]
+    return []
+
+
 def _latin_words(text: str) -> list[tuple[str, int, int]]:
     """Latin words with their offsets, from prose lines (more than three tokens), not code-like tokens."""
     out = []
@@ -605,6 +734,8 @@ def detect(text: str | None, *, finish_reason: str | None = None,
     structured = looks_structured(t)
     findings: list[Finding] = []
     findings += _piece_loops(t, ps, structured, finish_reason == "length")
+    if not structured:
+        findings += _cut_paragraph_loop(t, ps)
     findings += _line_loops(t, structured and finish_reason != "length")
     findings += _subword_loops(t)
     if tokens:
@@ -620,7 +751,14 @@ def detect(text: str | None, *, finish_reason: str | None = None,
     if len(bad_bytes) >= MOJIBAKE:
         findings.append(Finding(signal="mojibake", start=bad_bytes[0], end=bad_bytes[-1] + 1,
                                 detail=f"{len(bad_bytes)} U+FFFD replacement characters"))
-    findings += _script_soup(t, _script_shares(ps, t))
+    shares = _script_shares(ps, t)
+    findings += _script_soup(t, shares)
+    findings += _stray_script(t, shares)
+    findings += _han_in_code(t)
+    if not structured:
+        findings += _token_collapse(t)
+        findings += _bracket_mismatch(t)
+        findings += _recurring_phrase(t, ps)
     if not structured:
         findings += _lexical_soup(t)
         findings += _stutter(ps, t)
