@@ -84,14 +84,14 @@ def test_heldout_figures_measured_not_tuned() -> None:
     assert every.false_alarm_rate <= HELDOUT_FALSE_ALARMS, every.summary()
 
 
-HELDOUT_CLEAR_RECALL = 0.66
-HELDOUT_FALSE_ALARMS = 0.03
+HELDOUT_CLEAR_RECALL = 0.66  # measured 0.667 (46/69) in round 1 and again after round 2
+HELDOUT_FALSE_ALARMS = 0.03  # measured 0.026 (4/153)
 
 
 def test_calibration_figures_it_was_tuned_on() -> None:
     every = _scores(CAL)
     assert every.fp == 0, every.summary()
-    assert _scores(CAL, clear_only=True).recall >= 0.8
+    assert _scores(CAL, clear_only=True).recall >= 0.93  # measured: 57 of 61 (round 2; 50 before)
 
 
 def test_envbuilder_own_runs() -> None:
@@ -148,6 +148,36 @@ def test_findings_have_spans_inside_the_text_and_explain_names_them() -> None:
             assert f.signal in v.explain()
         if v.degenerate:
             assert v.turned_at is not None and 0 <= v.turned_at <= len(r["text"])
+
+
+@pytest.mark.parametrize(("prefix", "signal", "detail"), [
+    ("特点和(from co的背后", "script-soup", "lone telugu fragment"),  # MiniMax-M1, vLLM: garbage loops
+    (" devil.i#else?;", "script-soup", "lone cyrillic fragment"),  # QwQ-32B fp8, SGLang fa3
+    ('"nodemon": "^接收3.0.1', "script-soup", "CJK characters glued to a number"),  # DeepSeek-V4, vLLM
+    ("http://www/other/sat/else", "loop", "word pieces"),  # Llama-3-8B Q4_K_M, Ollama 0.1.43
+    ("Hello! It's nice to meet you.", "loop", "a third copy cut off"),  # Llama-3-70B not stopping
+    ("           \n            var{", "symbol-soup", "brackets closed by another kind"),  # Qwen3-Coder, MLX
+    ("<html><body><table><thead></thead> colspan", "loop", "in 2 places"),  # SLANetv2 table model
+])  # fmt: skip
+def test_round_two_signals_on_the_calibration_texts_they_were_made_for(prefix: str, signal: str,
+                                                                       detail: str) -> None:  # fmt: skip
+    r = _row(prefix)
+    assert r in CAL and r["expected"] == "degenerate"
+    v = _judge(r)
+    assert v.degenerate and any(f.signal == signal and detail in f.detail for f in v.findings), v.explain()
+
+
+@pytest.mark.parametrize("text", [
+    "1. 《教父2》（The Godfather: Part II）\n2. 暗黑破坏神3（Diablo III）\n3. 巫师3：狂猎（The Witcher 3）",
+    "<p>2024年5月16日 pip install torch==2.1</p>\n<p>2024年8月19日 python=3.10</p>",
+    "Let x be in [0, 1) and y in (0, 1]; then f maps [a, b) onto (c, d] and the interval [0, 2) is covered.",
+    "The Russian word я means I, and the letter Ж is pronounced like the s in pleasure, according to the book.",
+    "Hallelujah, hallelujah, hallelujah. Sing it loud. Hallelujah, hallelujah, hallelujah, all night long.",
+    "Paris is the capital of France. Paris is the capital of France. Paris is the capital of France.",
+])  # fmt: skip
+def test_round_two_signals_leave_their_healthy_look_alikes_alone(text: str) -> None:
+    v = degeneracy.detect(text)
+    assert not v.degenerate, v.explain()
 
 
 def test_model_tokens_loop_maps_to_characters() -> None:

@@ -20,6 +20,11 @@ enough:
   ``stutter``         every word emitted twice (``TheThe New New England England``)
   ``sparse``          hardly any letters or digits in a longer text that is not a table or code
 
+Round 2 widened them (same signal names): a lone foreign-alphabet fragment and CJK glued to numbers in code
+lines (``script-soup``); one long token of a few recurring word fragments, a paragraph written twice with a
+third copy cut off, a short phrase stuttered in several places (``loop``); brackets closed by another kind
+(``symbol-soup``).
+
 Weak findings (two are needed, never in code or tables): ``low-diversity`` (distinct word bigrams),
 ``runaway`` (hit max_tokens while another signal fired), a few ``special-tokens``.
 
