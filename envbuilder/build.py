@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from envbuilder import dockerapi, lock
+from envbuilder import dockerapi, indexconfig, lock
 from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.errors import StageFailure
 from envbuilder.images import build_image_stage, image_exists
@@ -297,7 +297,8 @@ def build_venv_stage(ctx: RunContext, cell: Cell, prior: CellResult, lock_path: 
     else:
         # stored redacted: the credentials come back from the matrix, never from a result file
         stored = list(resolved.index_args) if resolved else []
-        index_args = restore_urls(stored, [*ctx.matrix.resolve.indexes, *ctx.matrix.resolve.find_links])
+        index_args = restore_urls(stored, [*indexconfig.configured(ctx.matrix.resolve.indexes), *ctx.matrix.resolve.find_links,
+                                                *ctx.matrix.resolve.cuda_indexes.values()])
     provided = provided_from(ctx)
     details = build_venv(cell, lock_path, ctx.workspace.venvs(cell.id), ctx.workspace.logs(cell.id) / "build.log",
                          index_args, provided=provided, python=ctx.options.python,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envbuilder import engines, launchcheck, model
+from envbuilder import engines, indexconfig, launchcheck, model
 from envbuilder.artifacts import BuiltEnvironment
 from envbuilder.backends import for_environment
 from envbuilder.errors import StageFailure
@@ -93,8 +93,11 @@ def explain_flags(ctx: RunContext, package: str, version: str, problems: list[st
     releases' (``envbuilder watch`` and ``engine-facts`` fill that cache); unchanged when they are not at hand."""
     from envbuilder.engines import facts
 
+    index_url = indexconfig.read_url(ctx.matrix.resolve.indexes)
+    if index_url is None:
+        return problems, []
     try:
-        known = facts.facts_for(package, version, ctx.workspace.cache, ctx.matrix.resolve.indexes[0])
+        known = facts.facts_for(package, version, ctx.workspace.cache, index_url)
     except facts.EngineFactsError:
         return problems, []
     if not problems:

@@ -109,7 +109,8 @@ class SmokeConfig:
 class ResolveConfig:
     """``[resolve]``: where packages come from and as of when."""
 
-    indexes: tuple[str, ...] = ("https://pypi.org/simple",)
+    indexes: tuple[str, ...] = ()  # empty: the user's uv/pip configuration, else uv's own default
+    cuda_indexes: dict[str, str] = field(default_factory=dict)  # {"12.8" = "<url>"}: the index of that CUDA's builds
     find_links: tuple[str, ...] = ()
     as_of: str = "release"  # "release", "fresh", or an RFC 3339 date/time
     extra: tuple[str, ...] = ()  # extra requirements added to every cell (e.g. the model package)
@@ -508,6 +509,13 @@ def _check_sections(m: Matrix, where: str) -> None:
                           ("smoke", "spec_match_tokens"), ("smoke", "needle_digits")):  # fmt: skip
         validate.positive(getattr(getattr(m, section), name), where, f"[{section}].{name}")
     validate.non_negative(m.resolve.jobs, where, "[resolve].jobs")
+    for cuda, url in m.resolve.cuda_indexes.items():
+        key = f"[resolve].cuda_indexes.{cuda[:40]!r}"
+        if not validate.full(validate.CUDA, cuda):
+            raise InputError(where, key, f"{cuda[:40]!r} is not a CUDA version (e.g. \"12.8\")")
+        if not url.strip() or any(c.isspace() for c in url):
+            raise InputError(where, key, f"{url[:80]!r} is not one index URL")
+        validate.short(url, where, key)
     for name in ("concurrency", "long_context"):
         for i, n in enumerate(getattr(m.smoke, name)):
             validate.positive(n, where, f"[smoke].{name}[{i}]")

@@ -100,7 +100,7 @@ class RunOptions:
     provided: str | None = None  # venv runner: a `pip freeze` of what the interpreter already has
     python: str | None = None  # venv runner: the interpreter venvs are made from
     baseline_speed: float | None = None  # the pinned decode tok/s (watch)
-    cuda_index: str | None = None  # the per-CUDA index template (default: resolve's)
+    cuda_index: str | None = None  # a per-CUDA index template ("…/cu{nodot}") for CUDAs [resolve] cuda_indexes lacks
     retries: int | None = None  # index retries (default: per call site)
     backoff_s: float = 1.0
     index_timeout_s: float = 30.0  # one index request, answer included (an overall deadline, not per read)

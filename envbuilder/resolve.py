@@ -3,8 +3,9 @@
 ``uv pip compile --format pylock.toml`` targets the cell's Python (``--python-version``) and glibc
 (``--python-platform x86_64-manylinux_2_NN``), never the host's. ``as_of = "release"`` resolves with
 ``--exclude-newer`` one day after the upload of the cell's engine release, read from the index's PEP
-691 JSON API. The CUDA a lock carries is read from the lock itself; when PyPI's build does not match
-the cell's ``cuda`` axis, the PyTorch index for that CUDA is added and the cell resolved again.
+691 JSON API. The CUDA a lock carries is read from the lock itself; when the default build does not match
+the cell's ``cuda`` axis, the index configured for that CUDA (``[resolve] cuda_indexes``) is added and the
+cell resolved again. Indexes come from the user's configuration (:mod:`envbuilder.indexconfig`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder import atomic, children, lock
+from envbuilder import atomic, children, indexconfig, lock
 from envbuilder.artifacts import ResolvedLock
 from envbuilder.errors import InputError, StageFailure
 from envbuilder.index import NOT_AN_INDEX, IndexUnreachable, ProjectNotFound, SimpleIndex
 from envbuilder.matrix import NONE, RESOLVER, Cell, Matrix, parse_as_of
 from envbuilder.pipeline import RunContext, default_jobs
+from envbuilder.redact import redact
 from envbuilder.results import CellResult, Reason, StageResult, Status
 from envbuilder.uvbin import uv_bin
 
@@ -31,7 +33,6 @@ KEY_PACKAGES = (
     "sglang", "llama-cpp-python", "torch", "transformers", "flash-attn-4", "kernels", "sgl-kernel",
     "sglang-kernel", "flashinfer-python", "triton", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12",
 )  # fmt: skip
-PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
 _NETWORK = re.compile(r"Failed to fetch|error sending request|dns error|timed out|Connection refused|"
                       r"tcp connect error|failed to download|Could not connect|operation timed out", re.I)  # fmt: skip
 
@@ -61,12 +62,10 @@ class Request:
     def index_args(self) -> list[str]:
         """Where packages come from, as uv options (also used to install the lock)."""
         a: list[str] = []
-        if self.indexes:
+        if self.indexes:  # none configured: uv's own configuration, else its default
             a += ["--index-url", self.indexes[0]]
             for extra in self.indexes[1:]:
                 a += ["--extra-index-url", extra]
-        else:
-            a += ["--no-index"]
         for extra in self.extra_indexes:
             a += ["--extra-index-url", extra]
         for fl in self.find_links:
@@ -102,7 +101,7 @@ def build_request(m: Matrix, cell: Cell, exclude_newer: datetime.datetime | None
         requirements=tuple(reqs), constraints=tuple(cons), python=cell.python,
         platform="x86_64-manylinux_{}_{}".format(*cell.glibc.split(".")),
         exclude_newer=exclude_newer.strftime("%Y-%m-%dT%H:%M:%SZ") if exclude_newer else None,
-        indexes=m.resolve.indexes, find_links=m.resolve.find_links,
+        indexes=indexconfig.configured(m.resolve.indexes), find_links=m.resolve.find_links,
     )  # fmt: skip
 
 
@@ -117,9 +116,9 @@ def as_of_date(ctx: RunContext, cell: Cell, mode: str | None = None) -> tuple[da
     version = cell.requirements().get(engine, RESOLVER)
     if version in (RESOLVER, NONE):
         return None, f"fresh ({engine} is {version!r}, no release date to anchor to)"
-    if not ctx.matrix.resolve.indexes:
-        return None, "fresh (no index to read release dates from)"
     idx = index_client(ctx)
+    if idx is None:
+        return None, f"fresh (no index to read release dates from: {indexconfig.HOW_TO_SET})"
     try:
         uploaded = idx.release_time(engine, version)
     except IndexUnreachable as e:
@@ -133,9 +132,21 @@ def as_of_date(ctx: RunContext, cell: Cell, mode: str | None = None) -> tuple[da
     return when, f"as of {engine} {version}'s release ({uploaded:%Y-%m-%d %H:%M} UTC) + 1 day"
 
 
-def index_client(ctx: RunContext) -> SimpleIndex:
+def cuda_index(ctx: RunContext, cuda: str) -> str | None:
+    """The extra index of ``cuda``'s builds: ``[resolve] cuda_indexes``, else the run's template; None if unset."""
+    if cuda in ctx.matrix.resolve.cuda_indexes:
+        return ctx.matrix.resolve.cuda_indexes[cuda]
+    template = ctx.options.cuda_index
+    return template.format(nodot=cuda.replace(".", "")) if template else None
+
+
+def index_client(ctx: RunContext) -> SimpleIndex | None:
+    """The PEP 691 client of the configured index (else pip's default); None when there is neither."""
+    url = indexconfig.read_url(ctx.matrix.resolve.indexes)
+    if url is None:
+        return None
     retries = 3 if ctx.options.retries is None else ctx.options.retries
-    return SimpleIndex(ctx.matrix.resolve.indexes[0], ctx.workspace.cache / "index", retries=retries,
+    return SimpleIndex(url, ctx.workspace.cache / "index", retries=retries,
                        backoff_s=ctx.options.backoff_s, timeout_s=ctx.options.index_timeout_s)  # fmt: skip
 
 
@@ -277,7 +288,7 @@ class ResolveStage:
         when, _ = as_of_date(ctx, cell)
         req = build_request(ctx.matrix, cell, when)
         return {"request": req.__dict__, "cuda": cell.cuda, "drift": self.drift,
-                "cuda_index": ctx.options.cuda_index or PYTORCH_INDEX}  # fmt: skip
+                "cuda_index": cuda_index(ctx, cell.cuda)}  # fmt: skip
 
     def intact(self, ctx: RunContext, cell: Cell, old: StageResult) -> bool:
         path = ctx.workspace.locks(cell.id) / "pylock.toml"
@@ -294,7 +305,7 @@ class ResolveStage:
         when, how = as_of_date(ctx, cell)
         req = build_request(m, cell, when)
         dest = ctx.workspace.locks(cell.id) / "pylock.toml"
-        idx = index_client(ctx) if m.resolve.indexes else None
+        idx = index_client(ctx)
         retries = 1 if ctx.options.retries is None else ctx.options.retries
         backoff = ctx.options.backoff_s
         res = compile_lock(req, dest, timeout_s=m.resolve.timeout_s, retries=retries, backoff_s=backoff)
@@ -304,9 +315,14 @@ class ResolveStage:
         carried = res.lock.cuda()
         notes: list[str] = []
         if cell.cuda != NONE and carried != cell.cuda:
-            cuda_index = (ctx.options.cuda_index or PYTORCH_INDEX).format(nodot=cell.cuda.replace(".", ""))
-            notes.append(f"PyPI's build carries CUDA {carried}; resolved again with {cuda_index}")
-            req = Request(**{**req.__dict__, "extra_indexes": (cuda_index,)})
+            extra = cuda_index(ctx, cell.cuda)
+            if extra is None:
+                raise StageFailure(Status.ERROR, Reason.CUDA_MISMATCH,
+                                   f"the default build carries CUDA {carried or 'none'}, the cell asks for {cell.cuda} "
+                                   f"and no index is configured for it: add [resolve] cuda_indexes = "
+                                   f"{{\"{cell.cuda}\" = \"<url>\"}}", self._details(cell, res, how, when, notes))  # fmt: skip
+            notes.append(f"the default build carries CUDA {carried}; resolved again with {redact(extra)}")
+            req = Request(**{**req.__dict__, "extra_indexes": (extra,)})
             res = compile_lock(req, dest, timeout_s=m.resolve.timeout_s, retries=retries, backoff_s=backoff)
             tried.append(res)
             if res.lock is None:
@@ -335,7 +351,7 @@ class ResolveStage:
         if "timed out after" in res.stderr or "killed by signal" in res.stderr:
             return failure
         engine = engine_package(ctx.matrix, cell)
-        for url in ctx.matrix.resolve.indexes:
+        for url in req.indexes:
             probe = SimpleIndex(url, None, retries=0, timeout_s=ctx.options.index_timeout_s)
             try:
                 probe.project(engine)

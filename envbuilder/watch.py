@@ -11,6 +11,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from envbuilder import indexconfig
 from envbuilder.index import SimpleIndex
 from envbuilder.matrix import Cell, Matrix
 from envbuilder.pipeline import Workspace
@@ -23,7 +24,7 @@ def candidates(m: Matrix, ws: Workspace, pinned: Cell, package: str, *, include_
     if axis is None:
         return []
     current = Version(dict(pinned.packages)[axis])
-    idx = index or SimpleIndex(m.resolve.indexes[0], ws.cache / "index")
+    idx = index or SimpleIndex(indexconfig.require_read_url(m.resolve.indexes, str(m.path)), ws.cache / "index")
     out = []
     for v, when in idx.versions(package):
         if v <= current or (v.is_prerelease and not include_prereleases):

@@ -174,9 +174,9 @@ def test_a_real_start_up_rewritten_into_each_release_s_formats_still_reads(relea
 
 @pytest.mark.network
 def test_a_real_release_is_read_from_its_wheel_and_cached(tmp_path: Path) -> None:
-    from envbuilder.matrix import ResolveConfig
+    from envbuilder.indexconfig import require_read_url
 
-    f = F.facts_for("sglang", "0.5.20", tmp_path, ResolveConfig().indexes[0])  # the default index
+    f = F.facts_for("sglang", "0.5.20", tmp_path, require_read_url((), "test"))  # the user's configured index
     assert (tmp_path / "engine-facts" / "sglang-0.5.20.json").exists()
     assert not list((tmp_path / "engine-wheels").glob("*.whl"))  # the facts are kept, the wheel is not
     check = F.check_flags(f, ["--cuda-graph-max-bs", "8"])

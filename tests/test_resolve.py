@@ -187,9 +187,9 @@ def test_cuda_variant_index_and_mismatch(tmp_path: Path) -> None:
     cu130.add("torch", "2.0.0+cu130", requires=["nvidia-cuda-runtime==13.0.96"])
     cu130.add("nvidia-cuda-runtime", "13.0.96")
     with serve(pypi), serve(cu130):
-        template = cu130.url.replace("cu130", "cu{nodot}") if "cu130" in cu130.url else cu130.url
-        axes = 'engine_pkg = ["1.0"]\ncuda = ["12.8", "13.0", "12.9"]\nos = ["ubuntu24.04"]\npython = ["3.11"]'
-        res = {r.axes["cuda"]: r.stage("resolve") for r in _run(tmp_path, _cells(pypi.url, axes), cuda_index=template)}
+        axes = 'engine_pkg = ["1.0"]\ncuda = ["12.8", "13.0", "12.9", "12.6"]\nos = ["ubuntu24.04"]\npython = ["3.11"]'
+        configured = f'cuda_indexes = {{"13.0" = "{cu130.url}", "12.9" = "{cu130.url}"}}\n'
+        res = {r.axes["cuda"]: r.stage("resolve") for r in _run(tmp_path, _cells(pypi.url, axes, configured))}
     assert res["12.8"] is not None and res["12.8"].status is Status.PASS and res["12.8"].details["cuda"] == "12.8"
     s13 = res["13.0"]
     assert s13 is not None and s13.status is Status.PASS, s13
@@ -197,6 +197,25 @@ def test_cuda_variant_index_and_mismatch(tmp_path: Path) -> None:
     s129 = res["12.9"]  # the "CUDA index" has only a 13.0 build: the lock carries the wrong CUDA
     assert s129 is not None and s129.status is Status.FAIL and s129.reason is Reason.CUDA_MISMATCH
     assert "carries CUDA 13.0" in s129.message and "asks for 12.9" in s129.message
+    s126 = res["12.6"]  # no index configured for 12.6: cannot decide, and the result names the setting
+    assert s126 is not None and s126.status is Status.ERROR and s126.reason is Reason.CUDA_MISMATCH
+    assert 'add [resolve] cuda_indexes = {"12.6" = "<url>"}' in s126.message
+
+
+def test_cuda_template_option_still_fills_unconfigured_cudas(tmp_path: Path) -> None:
+    pypi = LocalIndex(tmp_path / "pypi")
+    pypi.add("torch", "2.0.0", requires=["nvidia-cuda-runtime-cu12==12.8.90"])
+    pypi.add("nvidia-cuda-runtime-cu12", "12.8.90")
+    pypi.add("engine-pkg", "1.0", requires=["torch==2.0.0"])
+    cu130 = LocalIndex(tmp_path / "cu130")
+    cu130.add("torch", "2.0.0+cu130", requires=["nvidia-cuda-runtime==13.0.96"])
+    cu130.add("nvidia-cuda-runtime", "13.0.96")
+    with serve(pypi), serve(cu130):
+        template = cu130.url.replace("cu130", "cu{nodot}")
+        axes = 'engine_pkg = ["1.0"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.11"]'
+        (r,) = _run(tmp_path, _cells(pypi.url, axes), cuda_index=template)
+    s = r.stage("resolve")
+    assert s is not None and s.status is Status.PASS and s.details["packages"]["torch"] == "2.0.0+cu130", s
 
 
 def test_as_of_release_reads_upload_time_from_pep691(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from packaging.version import Version
 from rich.markup import escape
 
-from envbuilder import errors
+from envbuilder import errors, indexconfig
 from envbuilder import matrix as matrix_mod
 from envbuilder.cli.options import Command
 from envbuilder.cli.ui import Ui
@@ -27,7 +27,7 @@ def cmd_engine_facts(args: argparse.Namespace, ui: Ui) -> int:
     """What a release's own wheel says: launch flags (deprecated aliases, removals) and the log formats read."""
     ws = Workspace(args.workdir)
     m = matrix_mod.load(args.matrix) if Path(args.matrix).exists() else None
-    index_url = m.resolve.indexes[0] if m else matrix_mod.ResolveConfig().indexes[0]
+    index_url = indexconfig.require_read_url(m.resolve.indexes if m else (), str(args.matrix))
     try:
         f = facts_mod.facts_for(args.package, args.version, ws.cache, index_url)
     except facts_mod.EngineFactsError as e:

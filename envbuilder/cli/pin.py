@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from rich.markup import escape
 
-from envbuilder import atomic, errors, lock, pin, report, watch
+from envbuilder import atomic, errors, indexconfig, lock, pin, report, watch
 from envbuilder import matrix as matrix_mod
 from envbuilder.cli.options import (
     Command,
@@ -126,7 +126,7 @@ def cmd_watch(args: argparse.Namespace, ui: Ui) -> int:
     gpu = bool(ctx.host_facts.gpus)
     pinned_version = dict(pinned.packages)[axis]
     launch = list(m.server.args)
-    index_url = m.resolve.indexes[0]
+    index_url = indexconfig.require_read_url(m.resolve.indexes, str(m.path))
     # the engine's own knowledge, read from each release's wheel (cached per version)
     known: dict[str, facts_mod.EngineFacts] = {}
     for v in [pinned_version, *every_version]:
