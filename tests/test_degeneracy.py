@@ -273,3 +273,12 @@ def test_cli_reports_precision_and_recall_when_the_input_carries_labels() -> Non
     assert bad.returncode == 2 and "line 1" in bad.stderr and "'broken'" in bad.stderr
     odd = _cli('{"text": "fine", "expected": ["ok"]}\n')
     assert odd.returncode == 2 and "line 1" in odd.stderr and "Traceback" not in odd.stderr
+
+
+def test_cli_refuses_a_text_or_finish_reason_that_is_not_a_string() -> None:
+    for line in ('{"id": "a", "text": 5}', '{"id": "a", "text": ["x", "x"]}',
+                 '{"id": "a", "text": "hello there", "finish_reason": [1]}'):
+        p = _cli(f'{{"text": "fine"}}\n{line}\n')
+        assert p.returncode == 2 and "line 2" in p.stderr and "not a string" in p.stderr, (line, p.stderr)
+        assert "Traceback" not in p.stderr and p.stdout == ""
+    assert _cli('{"id": "a", "text": null}\n').returncode == 1  # null stays an empty (degenerate) answer

@@ -86,11 +86,14 @@ def cmd_degeneracy(args: argparse.Namespace, ui: Ui) -> int:
                 raise InputError(where, f"line {n}", f"not JSON ({e})") from None
             if not isinstance(obj, dict) or "text" not in obj:
                 raise InputError(where, f"line {n}", "needs a \"text\" field")
+            for key in ("text", "finish_reason"):
+                if obj.get(key) is not None and not isinstance(obj[key], str):
+                    raise InputError(where, f"line {n}", f"{key!r} is {type(obj[key]).__name__}, not a string")
             raw_label = obj.get("expected", obj.get("label"))
             if raw_label is not None and (not isinstance(raw_label, str) or raw_label not in degeneracy.LABELS):
                 raise InputError(where, f"line {n}", f"label {raw_label!r} is not one of {', '.join(degeneracy.LABELS)}")
             label = None if raw_label is None else degeneracy.LABELS[raw_label]
-            items.append((obj.get("id", n), "" if obj["text"] is None else str(obj["text"]), obj.get("finish_reason"),
+            items.append((obj.get("id", n), obj["text"] or "", obj.get("finish_reason"),
                           label))  # fmt: skip
     else:
         items.append((1, text, None, None))
