@@ -99,3 +99,7 @@ def test_watch_show_prints_the_stored_summary_and_refuses_without_one(tmp_path: 
     assert "0.5.11 -> 0.5.23: blocked — bad-flag --cuda-graph-max-bs" in shown.out
     assert "fix: --cuda-graph-max-bs → --cuda-graph-max-bs-decode" in shown.out
     assert watch.load_summary(tmp_path / "watch" / "summary.json") == s
+    for corrupt in ("{not json", "[1, 2]", '{"schema": 99}'):
+        write(tmp_path / "watch" / "summary.json", corrupt)
+        told = envbuilder("--workdir", str(tmp_path), "watch", "--show")
+        assert told.code == 2 and "not a watch summary" in told.err and "Traceback" not in told.err, told.err

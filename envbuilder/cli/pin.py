@@ -65,6 +65,8 @@ def _show_watch(ws: Workspace, ui: Ui) -> int:
     path = ws.root / "watch" / "summary.json"
     summary = watch.load_summary(path)
     if summary is None:
+        if path.exists():
+            raise errors.InputError(str(path), None, "not a watch summary (unreadable or corrupt): run `envbuilder watch` again")
         raise errors.InputError(str(path), None, "no watch summary: run `envbuilder watch` first")
     if ui.json:
         ui.print_json(summary.to_json())
