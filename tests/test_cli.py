@@ -80,3 +80,9 @@ def test_ci_logs_fold_per_stage_under_github_actions(monkeypatch: pytest.MonkeyP
     assert feed() == ["::group::envbuilder resolve", "::endgroup::", "::group::envbuilder precheck", "::endgroup::"]
     monkeypatch.setenv("GITHUB_ACTIONS", "")
     assert feed() == []
+
+
+def test_a_workdir_that_cannot_be_written_is_one_line() -> None:
+    r = envbuilder("--workdir", "/proc/1", "report", "--all")  # /proc/1 is a folder no one can make folders in
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert r.err.strip().splitlines() == [r.err.strip()] and "/proc/1/reports" in r.err

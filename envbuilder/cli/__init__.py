@@ -97,6 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `envbuilder ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return errors.EXIT_OK
+    except OSError as e:  # a file or folder the command line named that cannot be read or written
+        if e.filename is None:
+            raise
+        err.print(f"[bold red]error:[/] {escape(str(e.filename))}: {escape(e.strerror or str(e))}", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+        return errors.EXIT_INPUT
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, old_sigterm)
