@@ -114,3 +114,15 @@ def test_radix_cache_on_needs_fewer_sequences_and_a_larger_fraction() -> None:
     fixed = memory.predict(cfg=cfg, weight_bytes=55.6e9, gpu_mib=A6000_MIB, version="0.5.11", tp=2,
                            argv=[*argv, "--max-running-requests", n, "--mem-fraction-static", fraction])
     assert fixed.kv_tokens >= 131072 and float(fraction) <= memory.COMBINED_FRACTION_CAP + 0.005
+
+
+def test_kv_check_refuses_a_file_that_is_not_a_server_log_and_says_why_a_start_has_no_prediction(
+        tmp_path: Path) -> None:  # fmt: skip
+    from tests.conftest import envbuilder, write
+
+    args = ("--config", str(FIXTURES / "models/smollm2-135m/config.json"), "--host-facts", str(FIXTURES / "h200-doctor.json"))
+    garbage = envbuilder("kv-check", str(write(tmp_path / "g.log", "garbage\n")), *args)
+    assert garbage.code == 2 and "g.log: line 1: not a server log" in garbage.err and "Traceback" not in garbage.err
+    early = write(tmp_path / "early.log", "CMD python3 -m sglang.launch_server --model-path /m\nImportError: x\n")
+    told = envbuilder("kv-check", str(early), *args)
+    assert told.code == 0 and told.out.strip() == f"{early}: no prediction: the start ended before the weights loaded"

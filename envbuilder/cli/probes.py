@@ -147,6 +147,8 @@ def cmd_kv_check(args: argparse.Namespace, ui: Ui) -> int:
             rec = memory.read_log(log.read_text(errors="replace"))
         except OSError as e:
             raise InputError(str(log), None, f"cannot read ({e.strerror or e})") from None
+        if not rec.argv:
+            raise InputError(str(log), "line 1", "not a server log as envbuilder writes it (first line `CMD <argv>`)")
         if rec.weights_gib is None:
             rows.append({"log": str(log), "predicted": None, "logged": None, "why": "the start ended before the weights loaded"})
             continue
@@ -170,6 +172,9 @@ def cmd_kv_check(args: argparse.Namespace, ui: Ui) -> int:
             logged = r["logged"] if r["logged"] is not None else "none (start refused)"
             extra = "" if r.get("predicted") is None or r["predicted"] > 0 else " (no pool: SGLang refuses the start)"
             extra += f"; {r['why']}" if r.get("why") and r.get("predicted") is not None else ""
+            if r["predicted"] is None and r.get("why"):
+                ui.out.print(escape(f"{r['log']}: no prediction: {r['why']}"))
+                continue
             ui.out.print(escape(f"{r['log']}: predicted {pred}, logged {logged}, off {off}{extra}"))
     return errors.EXIT_CELLS_FAILED if off_any else errors.EXIT_OK
 
