@@ -59,6 +59,10 @@ def test_grid_places_cells_by_axes_versions_in_numeric_order() -> None:
     assert flipped.row_values == (("12.8",), ("13.0",)) and flipped.extra_axes == ("driver",)
     with pytest.raises(InputError, match="--cols: no axis 'gpu'"):
         grid.build(_matrix(), cols="gpu")
+    across = grid.build(_matrix(), cols="sglang")  # the default axis down steps aside for the one asked across
+    assert across.cols == ("sglang",) and "sglang" not in across.rows and across.rows
+    with pytest.raises(InputError, match="--cols: axis 'sglang' is already down"):
+        grid.build(_matrix(), rows="sglang", cols="cuda,sglang")
 
 
 def test_terminal_matrix_fits_120_columns_ids_on_demand() -> None:

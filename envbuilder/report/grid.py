@@ -106,9 +106,13 @@ def build(results: Sequence[CellResult], rows: str | Sequence[str] | None = None
         for a in axes or ():
             if a not in present:
                 raise InputError("command line", opt, f"no axis {a!r} in these results (axes: {', '.join(present) or 'none'})")
+    both = [a for a in want_rows or () if a in (want_cols or ())]
+    if both:
+        raise InputError("command line", "--cols", f"axis {both[0]!r} is already down (--rows); pick another")
     if want_rows is None:
-        want_rows = tuple(a for a in DEFAULT_ROWS if a in present) or tuple(
-            a for a in varying if a not in (want_cols or ()))[:1] or tuple(present[:1])
+        taken = want_cols or ()
+        want_rows = tuple(a for a in DEFAULT_ROWS if a in present and a not in taken) or tuple(
+            a for a in varying if a not in taken)[:1] or tuple(a for a in present if a not in taken)[:1]
     if want_cols is None:
         want_cols = tuple(a for a in DEFAULT_COLS if a in present and a not in want_rows) or tuple(
             a for a in varying if a not in want_rows)[:1]
