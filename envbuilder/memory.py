@@ -11,6 +11,7 @@ SGLang will log per rank.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder import launchargs
 from envbuilder.artifacts import HostFacts
+from envbuilder.errors import EnvbuilderError
 from envbuilder.matrix import Cell, Matrix
 
 GIB = 1 << 30
@@ -176,15 +178,64 @@ def _float(v: str | None) -> float | None:
         return None
 
 
+class BadLaunchFlag(EnvbuilderError):
+    """A memory flag of the launch has a value SGLang would refuse (or one that makes no launch)."""
+
+    def __init__(self, flag: str, value: str, accepts: str) -> None:
+        self.flag, self.value, self.accepts = flag, value, accepts
+        shown = repr(value) if value else "no value"
+        super().__init__(f"{flag} {shown}: SGLang takes {accepts}")
+
+
+def _human_readable_int(v: str) -> int | None:
+    """SGLang's ``human_readable_int`` (the ``--context-length`` type): ``32768``, ``32k`` (x1000), ``32K`` (x1024)."""
+    hit = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([kmgKMG])", v.strip(), re.ASCII)
+    if hit is None:
+        try:
+            return int(v)
+        except ValueError:
+            return None
+    number, suffix = hit.groups()
+    if suffix.islower():
+        return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9}[suffix])
+    return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30}[suffix] if number.isdigit() else None
+
+
+def check_flags(p: launchargs.Parsed) -> None:
+    """Raise :class:`BadLaunchFlag` when a flag the memory split reads has a value SGLang refuses or that
+    makes no launch (types from sglang 0.5.11 ``ServerArgs.add_cli_args``: ``--mem-fraction-static``
+    ``type=float``, ``--max-running-requests`` ``type=int``, ``--context-length`` ``type=human_readable_int``)."""
+    if p.has("--mem-fraction-static"):
+        raw = p.get("--mem-fraction-static") or ""
+        f = _float(raw)
+        if f is None or not 0 < f < 1:
+            raise BadLaunchFlag("--mem-fraction-static", raw, "a float in (0, 1), the share of GPU memory for "
+                                                             "weights and KV cache")
+    if p.has("--max-running-requests"):
+        raw = p.get("--max-running-requests") or ""
+        n = _int(raw)
+        if n is None or n <= 0:
+            raise BadLaunchFlag("--max-running-requests", raw, "a positive int")
+    if p.has("--context-length"):
+        raw = p.get("--context-length") or ""
+        n = _human_readable_int(raw) if raw else None
+        if n is None or n <= 0:
+            raise BadLaunchFlag("--context-length", raw, "a positive int (32768, or 32k = 32000, 32K = 32768)")
+
+
 def predict(*, cfg: dict[str, Any], weight_bytes: float, gpu_mib: float, argv: Sequence[str],
             version: str | None, tp: int = 1, context_length: int | None = None) -> MemoryPlan:  # fmt: skip
-    """SGLang's ``max_total_num_tokens`` per rank (and what leads to it) for this launch on this GPU."""
+    """SGLang's ``max_total_num_tokens`` per rank (and what leads to it) for this launch on this GPU.
+
+    Raises :class:`BadLaunchFlag` when a memory flag's value is one SGLang refuses (see :func:`check_flags`)."""
     pick, row = rules_for(version)
     opts = launchargs.options_for(version)
     p = launchargs.parse(argv, opts)
+    check_flags(p)
     ms = shape(cfg)
     tp = _int(p.get("--tp-size") or p.get("--tensor-parallel-size") or p.get("--tp")) or tp
-    ctx = _int(p.get("--context-length")) or context_length or ms.context_length or 4096
+    given_ctx = p.get("--context-length")
+    ctx = (_human_readable_int(given_ctx) if given_ctx else None) or context_length or ms.context_length or 4096
     algo = (p.get("--speculative-algorithm") or "").upper() or None
     draft_tokens = _int(p.get("--speculative-num-draft-tokens"))
     if algo and draft_tokens is None:  # SGLang derives it from steps/topk; with topk 1 it is steps + 1

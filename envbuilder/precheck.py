@@ -237,7 +237,11 @@ def check_memory(cell: Cell, m: Matrix, facts: HostFacts) -> tuple[list[Finding]
     if gpus and tp > len(gpus):
         return [Finding(rule="vram", status=Status.FAIL, reason=Reason.VRAM_INSUFFICIENT,
                         message=f"tp={tp} needs {tp} GPUs; the runner has {len(gpus)}")], None  # fmt: skip
-    plan = memory.predict_for_cell(m, cell, facts, launch_flags(m))
+    try:
+        plan = memory.predict_for_cell(m, cell, facts, launch_flags(m))
+    except memory.BadLaunchFlag as e:
+        return [Finding(rule="flags", status=Status.FAIL, reason=Reason.BAD_FLAG, message=str(e),
+                        source="sglang 0.5.11 sglang/srt/server_args.py ServerArgs.add_cli_args")], None  # fmt: skip
     if isinstance(plan, str):
         return [Finding(rule="vram", status=Status.SKIP, reason=Reason.UNKNOWN_FACTS, message=plan)], None
     src = "; ".join(plan.sources)

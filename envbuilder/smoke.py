@@ -259,7 +259,7 @@ def kv_comparison(ctx: RunContext, cell: Cell, launch: Launch, outcome: LaunchOu
         logged = next((int(m.values["tokens"]) for m in outcome.milestones if m.name == "kv_cache"), None)
     try:
         plan = memory.predict_for_cell(ctx.matrix, cell, ctx.host_facts, launch.argv, model_path=launch.model)
-    except InputError as e:
+    except (InputError, memory.BadLaunchFlag) as e:
         plan = str(e)
     if isinstance(plan, str):
         return {"predicted": None, "logged": logged, "why_no_prediction": plan}

@@ -126,3 +126,29 @@ def test_kv_check_refuses_a_file_that_is_not_a_server_log_and_says_why_a_start_h
     early = write(tmp_path / "early.log", "CMD python3 -m sglang.launch_server --model-path /m\nImportError: x\n")
     told = envbuilder("kv-check", str(early), *args)
     assert told.code == 0 and told.out.strip() == f"{early}: no prediction: the start ended before the weights loaded"
+
+
+@pytest.mark.parametrize(("flags", "flag", "value"), [
+    (["--mem-fraction-static", "abc"], "--mem-fraction-static", "'abc'"),
+    (["--mem-fraction-static", "1.5"], "--mem-fraction-static", "'1.5'"),
+    (["--mem-fraction-static", "0.9x"], "--mem-fraction-static", "'0.9x'"),
+    (["--mem-fraction-static", "0"], "--mem-fraction-static", "'0'"),
+    (["--mem-fraction-static"], "--mem-fraction-static", "no value"),
+    (["--max-running-requests", "many"], "--max-running-requests", "'many'"),
+    (["--max-running-requests", "-3"], "--max-running-requests", "'-3'"),
+    (["--context-length", "0"], "--context-length", "'0'"),
+    (["--context-length", "-1"], "--context-length", "'-1'"),
+    (["--context-length", "1.5K"], "--context-length", "'1.5K'"),  # human_readable_int: no decimals with K
+])
+def test_unreadable_memory_flag_is_refused_not_ignored(flags: list[str], flag: str, value: str) -> None:
+    cfg = model.read_config(QWEN36)
+    with pytest.raises(memory.BadLaunchFlag) as e:
+        memory.predict(cfg=cfg, weight_bytes=55.6e9, gpu_mib=A6000_MIB, argv=["--tp", "2", *flags], version="0.5.11", tp=2)
+    assert e.value.flag == flag and str(e.value).startswith(f"{flag} {value}: SGLang takes a ")
+
+
+def test_context_length_reads_sglangs_human_readable_int() -> None:
+    cfg = model.read_config(QWEN36)
+    lengths = {v: memory.predict(cfg=cfg, weight_bytes=55.6e9, gpu_mib=A6000_MIB, argv=["--context-length", v],
+                                 version="0.5.11", tp=2).context_length for v in ("32768", "32k", "32K", "2.5k")}
+    assert lengths == {"32768": 32768, "32k": 32000, "32K": 32768, "2.5k": 2500}

@@ -209,3 +209,16 @@ def test_precheck_cli_with_hand_written_facts(tmp_path: Path) -> None:
     bad = write(tmp_path / "bad.json", '{"gpus": [{"memory_mib": "x"}]}')
     r2 = envbuilder("--matrix", str(m), "--workdir", str(tmp_path / "wd"), "precheck", "--host-facts", str(bad))
     assert r2.code == 2 and "gpus[0].memory_mib" in r2.err and "Traceback" not in r2.err
+
+
+@pytest.mark.parametrize("args", ['["--mem-fraction-static", "abc"]', '["--mem-fraction-static", "1.5"]',
+                                  '["--max-running-requests", "many"]', '["--context-length", "0"]'])
+def test_unreadable_memory_flag_in_the_matrix_is_a_bad_flag_verdict(tmp_path: Path, args: str) -> None:
+    qwen = FIXTURES / "models/qwen3.6-27b/config.json"
+    m = _matrix(tmp_path, f'config = "{qwen}"\n[server]\nargs = {args}\n')
+    findings = precheck.evaluate(cell("13.0"), m, facts())
+    bad = [f for f in findings if f.reason is Reason.BAD_FLAG]
+    assert len(bad) == 1 and bad[0].status is Status.FAIL, findings
+    flag, value = json.loads(args)
+    assert bad[0].message.startswith(f"{flag} {value!r}: SGLang takes a ")
+    assert not [f for f in findings if f.rule == "vram"]  # no verdict computed from SGLang's default instead

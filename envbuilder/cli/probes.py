@@ -152,8 +152,12 @@ def cmd_kv_check(args: argparse.Namespace, ui: Ui) -> int:
         if rec.weights_gib is None:
             rows.append({"log": str(log), "predicted": None, "logged": None, "why": "the start ended before the weights loaded"})
             continue
-        plan = memory.predict(cfg=cfg, weight_bytes=rec.weights_gib * memory.GIB, gpu_mib=gpu_mib, argv=list(rec.argv),
-                              version=args.sglang)  # fmt: skip
+        try:
+            plan = memory.predict(cfg=cfg, weight_bytes=rec.weights_gib * memory.GIB, gpu_mib=gpu_mib,
+                                  argv=list(rec.argv), version=args.sglang)  # fmt: skip
+        except memory.BadLaunchFlag as e:
+            rows.append({"log": str(log), "predicted": None, "logged": None, "why": str(e)})
+            continue
         cmp = memory.KvComparison.of(plan, rec.max_total_num_tokens)
         off_any |= cmp.within is False
         row = {"log": str(log), **cmp.to_json(), "logged_max_running_requests": rec.max_running_requests,
