@@ -203,7 +203,7 @@ class ImportStage:
                                message=f"{spec.package} {version}: " + "; ".join(problems), details=details)  # fmt: skip
         launch_note = ""
         if spec.launch_check:
-            config = model.find_config(ctx.matrix.model, ctx.matrix.path.parent)
+            config = model.find_config(ctx.matrix.model, ctx.matrix.path.parent, where=str(ctx.matrix.path))
             if config is not None:  # SGLang's own argument checks against the model's config: seconds, no weights
                 args = launchcheck.launch_args(ctx.matrix)
 

@@ -314,7 +314,23 @@ def load(path: Path) -> Matrix:
         raise InputError(where, None, f"cannot read: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(where, None, f"invalid TOML: {e}") from None
-    return parse(data, where=where, path=path)
+    m = parse(data, where=where, path=path)
+    _check_model_config(m.model, path, where)
+    return m
+
+
+def _check_model_config(model: ModelConfig, path: Path, where: str) -> None:
+    """``[model] config`` (or a local model directory's config.json) exists and its sizes are numbers, so no
+    stage meets a config it cannot read."""
+    if model.config:
+        cfg = (path.parent / model.config).expanduser()
+        if not cfg.is_file():
+            raise InputError(where, "[model].config", f"{cfg} {'is not a file' if cfg.exists() else 'does not exist'}")
+    else:
+        cfg = (path.parent / model.path).expanduser() / "config.json"
+        if not cfg.is_file():
+            return
+    validate.model_config(cfg)
 
 
 def parse(data: Mapping[str, Any], *, where: str, path: Path | None = None) -> Matrix:

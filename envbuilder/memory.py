@@ -423,7 +423,7 @@ def predict_for_cell(m: Matrix, cell: Cell, facts: HostFacts, argv: Sequence[str
     gpus = facts.gpus
     if not gpus or not all(g.memory_mib for g in gpus):
         return "GPU memory unknown"
-    cfg_path = model.find_config(m.model, m.path.parent)
+    cfg_path = model.find_config(m.model, m.path.parent, where=str(m.path))
     if cfg_path is None and model_path and (Path(model_path) / "config.json").exists():
         cfg_path = Path(model_path) / "config.json"
     if cfg_path is None:

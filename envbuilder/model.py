@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuilder import validate
 from envbuilder.errors import InputError
 from envbuilder.matrix import ModelConfig
 
@@ -21,12 +22,13 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp16": 2, "bf16": 2, "float32": 4, 
 GIB = 1024**3
 
 
-def find_config(model: ModelConfig, matrix_dir: Path) -> Path | None:
-    """The model's config.json: ``[model] config``, a local model directory, or the Hugging Face cache."""
+def find_config(model: ModelConfig, matrix_dir: Path, *, where: str | None = None) -> Path | None:
+    """The model's config.json: ``[model] config``, a local model directory, or the Hugging Face cache.
+    ``where``: the matrix file, for the message when ``[model] config`` names a file that is not there."""
     if model.config:
         p = (matrix_dir / model.config).expanduser()
         if not p.exists():
-            raise InputError("matrix.toml", "[model].config", f"{p} does not exist")
+            raise InputError(where or str(matrix_dir), "[model].config", f"{p} does not exist")
         return p
     local = (matrix_dir / model.path).expanduser()
     if local.is_dir() and (local / "config.json").exists():
@@ -41,12 +43,7 @@ def find_config(model: ModelConfig, matrix_dir: Path) -> Path | None:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(str(path), None, f"not a readable config.json ({e})") from None
-    if not isinstance(data, dict):
-        raise InputError(str(path), None, "must be a JSON object")
+    data = validate.model_config(path)
     text_config = data.get("text_config")
     if isinstance(text_config, dict):  # multimodal wrappers (qwen3_5 ships one): the LM is inside
         return {**data, **text_config}

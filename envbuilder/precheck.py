@@ -199,7 +199,7 @@ def check_arch(cell: Cell, m: Matrix, facts: HostFacts, lock_versions: dict[str,
 
 def _hybrid(m: Matrix) -> bool:
     try:
-        cfg_path = model.find_config(m.model, m.path.parent)
+        cfg_path = model.find_config(m.model, m.path.parent, where=str(m.path))
     except InputError:  # a bad [model].config is the vram rule's to report
         return False
     if cfg_path is None:
@@ -308,7 +308,7 @@ def _sglang(m: Matrix) -> bool:
 
 def model_config_known(m: Matrix) -> bool:
     try:
-        return model.find_config(m.model, m.path.parent) is not None
+        return model.find_config(m.model, m.path.parent, where=str(m.path)) is not None
     except InputError:
         return False
 

@@ -194,3 +194,33 @@ def positive_float_arg(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+CONFIG_COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "v_head_dim", "vocab_size", "intermediate_size", "moe_intermediate_size", "num_experts",
+                 "full_attention_interval", "max_position_embeddings", "linear_num_value_heads",
+                 "linear_num_key_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                 "depth")  # fmt: skip
+
+
+def model_config(path: Path) -> dict[str, Any]:
+    """A model's ``config.json``: a JSON object whose sizes (layers, heads, dims, ``text_config``'s and
+    ``vision_config``'s too) are whole numbers, so every size envbuilder computes from it is defined."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(str(path), None, f"not a readable config.json ({e})") from None
+    if not isinstance(data, dict):
+        raise InputError(str(path), None, "must be a JSON object")
+    tables = [("", data)] + [(f"{k}.", data[k]) for k in ("text_config", "vision_config") if isinstance(data.get(k), dict)]
+    for prefix, table in tables:
+        for key in CONFIG_COUNTS:
+            value = table.get(key)
+            if value is None:
+                continue
+            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+            if isinstance(value, bool) or not whole or value < 0:
+                raise InputError(str(path), prefix + key, f"{str(value)[:40]!r} is not a whole number >= 0")
+        if "layer_types" in table and not isinstance(table["layer_types"], list):
+            raise InputError(str(path), prefix + "layer_types", "must be a list of layer type names")
+    return data

@@ -3,6 +3,7 @@ traceback. Hypothesis fuzzes matrix files, host-facts files and result files thr
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -16,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuilder import doctor, images, matrix, precheck, validate
+from envbuilder import doctor, images, matrix, model, precheck, validate
 from envbuilder.artifacts import HostFacts
 from envbuilder.cli import main
 from envbuilder.errors import InputError
-from tests.conftest import AXES, BASE_AXES, FIXTURES, MODEL, Ran, write
+from tests.conftest import AXES, BASE_AXES, FIXTURES, MODEL, Ran, envbuilder, write
 
 
 def cli(*args: str) -> Ran:
@@ -355,3 +356,46 @@ def test_fuzz_result_files_through_merge_and_report(fuzz_dir: Path, doc: Any, fm
     outside = [p for p in fuzz_dir.rglob("*") if p.is_file() and p.suffix == ".json"
                and not p.is_relative_to(wd) and p.parent.name not in ("in",) and p.name not in ("facts.json",)]  # fmt: skip
     assert not outside, outside
+
+
+# --- [model] config: checked when the matrix is loaded ---------------------------------------
+
+_QWEN_MATRIX = ('[matrix]\nsglang = ["0.5.11"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.12"]\n'
+                '[model]\npath = "Qwen/Qwen3.6-27B"\ntp = 2\nconfig = "{config}"\n')
+
+
+def test_missing_model_config_names_the_matrix_file_and_key(tmp_path: Path) -> None:
+    m = write(tmp_path / "prod.toml", _QWEN_MATRIX.format(config="nowhere/config.json"))
+    with pytest.raises(InputError) as e:
+        matrix.load(m)
+    assert e.value.where == str(m) and e.value.key == "[model].config" and "does not exist" in str(e.value)
+
+
+@pytest.mark.parametrize(("patch", "key"), [({"num_hidden_layers": "sixty-four"}, "text_config.num_hidden_layers"),
+                                            ({"head_dim": 25.5}, "text_config.head_dim"),
+                                            ({"num_key_value_heads": True}, "text_config.num_key_value_heads")])
+def test_ill_typed_model_config_is_refused_at_load(tmp_path: Path, patch: dict[str, object], key: str) -> None:
+    cfg = json.loads((FIXTURES / "models/qwen3.6-27b/config.json").read_text())
+    cfg["text_config"].update(patch)
+    write(tmp_path / "config.json", json.dumps(cfg))
+    with pytest.raises(InputError) as e:
+        matrix.load(write(tmp_path / "m.toml", _QWEN_MATRIX.format(config="config.json")))
+    assert e.value.where == str(tmp_path / "config.json") and e.value.key == key
+
+
+def test_find_config_names_the_real_matrix_file(tmp_path: Path) -> None:
+    m = matrix.load(write(tmp_path / "prod.toml", _QWEN_MATRIX.format(config="config.json")
+                          .replace('config = "config.json"\n', "")))
+    gone = dataclasses.replace(m.model, config="gone.json")
+    with pytest.raises(InputError) as e:
+        model.find_config(gone, tmp_path, where=str(m.path))
+    assert e.value.where == str(tmp_path / "prod.toml")
+
+
+def test_precheck_cli_on_an_ill_typed_config_is_exit_2(tmp_path: Path) -> None:
+    cfg = json.loads((FIXTURES / "models/qwen3.6-27b/config.json").read_text())
+    cfg["text_config"]["num_attention_heads"] = "24"
+    write(tmp_path / "config.json", json.dumps(cfg))
+    m = write(tmp_path / "m.toml", _QWEN_MATRIX.format(config="config.json"))
+    r = envbuilder("--matrix", str(m), "--workdir", str(tmp_path / "wd"), "precheck")
+    assert r.code == 2 and "text_config.num_attention_heads" in r.err and "Traceback" not in r.err

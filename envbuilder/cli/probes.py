@@ -32,7 +32,7 @@ def _configure_launch_check(p: argparse.ArgumentParser) -> None:
 def cmd_launch_check(args: argparse.Namespace, ui: Ui) -> int:
     """SGLang's own argument checks for the cell's launch, against the model's config.json, no GPU needed."""
     m, cell = one_cell(args)
-    config = model.find_config(m.model, args.matrix.parent)
+    config = model.find_config(m.model, args.matrix.parent, where=str(args.matrix))
     if config is None:
         raise errors.InputError(str(args.matrix), "[model]", "no config.json found: set [model] config or a local path")
     if args.python:
