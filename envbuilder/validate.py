@@ -196,6 +196,17 @@ def positive_float_arg(text: str) -> float:
     return value
 
 
+def fraction_arg(text: str) -> float:
+    """An argparse ``type=`` for a share such as a tolerance: a finite number >= 0 (0.10 = 10 %)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be a number >= 0 (0.10 = 10 %), got {text}")
+    return value
+
+
 CONFIG_COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                  "v_head_dim", "vocab_size", "intermediate_size", "moe_intermediate_size", "num_experts",
                  "full_attention_interval", "max_position_embeddings", "linear_num_value_heads",

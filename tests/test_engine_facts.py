@@ -216,3 +216,10 @@ def test_the_launch_uses_the_release_s_own_spelling(releases: dict[str, F.Engine
     assert argv[argv.index("2") - 1] == "--tp-size" and "--tp" not in argv
     assert F.check_flags(releases["0.5.20"], argv[3:]).problems == ()  # every adapter flag exists in 0.5.20
     assert "--tp" in SGLANG.launch_argv("python3", "/m", "127.0.0.1", 30000, [], tp=2)  # wheel not read: the prefix
+
+
+def test_a_flag_no_release_had_is_not_called_gone(releases: dict[str, F.EngineFacts]) -> None:
+    (bogus,) = F.check_flags(releases["0.5.20"], ["--bogus"], history(releases, "0.5.20")).problems
+    assert bogus.kind == "unknown" and bogus.message == "--bogus is not a flag of sglang 0.5.20"
+    (typo,) = F.check_flags(releases["0.5.11"], ["--mem-fraction-statc", "0.8"], history(releases, "0.5.11")).problems
+    assert typo.message == "--mem-fraction-statc is not a flag of sglang 0.5.11 (did you mean '--mem-fraction-static'?)"

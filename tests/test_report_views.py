@@ -81,6 +81,10 @@ def test_terminal_matrix_fits_120_columns_ids_on_demand() -> None:
     assert max(len(line) for line in out.out.splitlines()) <= 120
     bad = envbuilder("--workdir", str(H200 / "random"), "--matrix", "none.toml", "report", "--rows", "gpu")
     assert bad.code == 2 and "--rows: no axis 'gpu'" in bad.err and "Traceback" not in bad.err
+    for opt in ("--rows", "--cols"):
+        empty = envbuilder("--workdir", str(H200 / "random"), "--matrix", "none.toml", "report", opt, "")
+        assert empty.code == 2 and f"{opt}: names no axis" in empty.err and "Traceback" not in empty.err
+        assert len(empty.err.strip().splitlines()) == 1, empty.err
 
 
 def test_markdown_matrix_view_for_step_summaries() -> None:

@@ -103,3 +103,10 @@ def test_watch_show_prints_the_stored_summary_and_refuses_without_one(tmp_path: 
         write(tmp_path / "watch" / "summary.json", corrupt)
         told = envbuilder("--workdir", str(tmp_path), "watch", "--show")
         assert told.code == 2 and "not a watch summary" in told.err and "Traceback" not in told.err, told.err
+
+
+def test_tolerance_must_be_a_number_at_least_zero(tmp_path: Path) -> None:
+    for bad in ("-0.1", "nan", "inf", "ten"):
+        r = envbuilder("--workdir", str(tmp_path), "watch", "--show", "--tolerance", bad)
+        assert r.code == 2 and "--tolerance" in r.err and "Traceback" not in r.err, (bad, r.err)
+        assert len(r.err.strip().splitlines()) == 1, r.err

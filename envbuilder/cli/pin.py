@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from rich.markup import escape
 
-from envbuilder import atomic, errors, indexconfig, lock, pin, report, watch
+from envbuilder import atomic, errors, indexconfig, lock, pin, report, validate, watch
 from envbuilder import matrix as matrix_mod
 from envbuilder.cli.options import (
     Command,
@@ -84,7 +84,7 @@ def _configure_watch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", action="append", metavar="VERSION", help="judge only these candidate releases")
     p.add_argument("--keep-envs", action="store_true", help="keep each candidate's venv (~10 GB each) after its stages")
     p.add_argument("--show", action="store_true", help="print the stored verdicts (<workdir>/watch/summary.json), run nothing")
-    p.add_argument("--tolerance", type=float, default=0.10,
+    p.add_argument("--tolerance", type=validate.fraction_arg, default=0.10,
                    help="speculation acceptance, decode tok/s and TTFT may be this much worse than the pin's")
     add_run_options(p)
 

@@ -17,6 +17,7 @@ What the wheel cannot tell stays hand-kept, and says so where it is kept: *which
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import io
 import re
@@ -548,7 +549,14 @@ def check_flags(facts: EngineFacts, args: Sequence[str], history: Sequence[Engin
             continue
         repl, since, gone_after = _replacement(flag, history)
         why = (f"ambiguous (argparse: could match {', '.join(prefixed[:5])})" if prefixed else "unknown")
-        msg = f"{flag} is gone from {facts.package} {facts.version}: {why}"
+        if gone_after is not None:  # an earlier release accepted it
+            msg = f"{flag} is gone from {facts.package} {facts.version}: {why}"
+        elif prefixed:
+            msg = f"{flag} is not a flag of {facts.package} {facts.version}: {why}"
+        else:  # no release envbuilder has facts for ever accepted it
+            close = difflib.get_close_matches(flag[2:], [o[2:] for o in options], n=1, cutoff=0.8)  # "--" alike
+            msg = f"{flag} is not a flag of {facts.package} {facts.version}" + (
+                f" (did you mean '--{close[0]}'?)" if close else "")
         if repl:
             msg += f"; use {repl}" + (f" (its replacement since {since}" + (
                 f", last accepted in {gone_after})" if gone_after else ")") if since else "")

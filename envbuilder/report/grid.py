@@ -103,6 +103,8 @@ def build(results: Sequence[CellResult], rows: str | Sequence[str] | None = None
     varying = [a for a in present if len(axis_values(results, a)) > 1]
     want_rows, want_cols = _parse_axes(rows), _parse_axes(cols)
     for opt, axes in (("--rows", want_rows), ("--cols", want_cols)):
+        if axes == ():
+            raise InputError("command line", opt, f"names no axis (axes: {', '.join(present) or 'none'})")
         for a in axes or ():
             if a not in present:
                 raise InputError("command line", opt, f"no axis {a!r} in these results (axes: {', '.join(present) or 'none'})")
