@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from docker.types import DeviceRequest
 
+from envbuilder import dockerapi
 from envbuilder.errors import StageFailure
 from envbuilder.monitor import Exited, LogLine
 from envbuilder.results import Reason, Status
@@ -96,59 +97,58 @@ def _engine_allows_memlock(image: str) -> bool:
         client.close()
 
 
+def test_a_cpu_container_asks_for_no_memlock_a_gpu_container_does() -> None:
+    """memlock is NCCL's (GPU containers); a CPU cell's container must start on engines that refuse to raise it."""
+    common: dict[str, Any] = {"env": {}, "base_url": "http://127.0.0.1:8000", "name": "c", "labels": {},
+                              "model_dir": None, "driver": "host"}  # fmt: skip
+    cpu = {u["Name"] for u in container_spec("img", ["x"], gpus=None, **common).kwargs()["ulimits"]}
+    gpu = {u["Name"] for u in container_spec("img", ["x"], gpus=2, **common).kwargs()["ulimits"]}
+    assert cpu == {"stack"} and gpu == {"memlock", "stack"}
+
+
 @pytest.mark.docker
 def test_the_spec_is_what_a_real_container_gets(base_image: str, tmp_path: Path) -> None:
-    """On CPU, the same spec (no GPU): Docker applies the IPC mode, ulimits and the read-only model mount. An
-    engine that may not raise memlock (dockerd inside a container, like this CI's) is refused with the fix."""
+    """On CPU, the same spec (no GPU): Docker applies the IPC mode, the stack ulimit and the read-only model mount,
+    also on an engine that may not raise memlock (dockerd inside a container, like this CI's). Where an engine
+    refuses memlock, what a GPU container would get is explained with the fix."""
     import docker
+    from docker.types import Ulimit
 
     (tmp_path / "config.json").write_text("{}")
     port = free_port()
-    script = ("import os, resource; print('memlock', resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]);"
-              "print('stack', resource.getrlimit(resource.RLIMIT_STACK)[0]); print('model', os.listdir('/model'));"
-              "open('/model/x', 'w')")  # fmt: skip
+    script = ("import os, resource; print('stack', resource.getrlimit(resource.RLIMIT_STACK)[0]);"
+              "print('model', os.listdir('/model')); open('/model/x', 'w')")  # fmt: skip
     runner = DockerRunner(labels={"envbuilder.cell": "spec-test"})
     start: dict[str, Any] = {"env": {}, "base_url": f"http://127.0.0.1:{port}", "name": "spec-test", "image": base_image,
              "model_dir": str(tmp_path), "gpus": None}  # fmt: skip
     client = docker.from_env()
-    memlock = _engine_allows_memlock(base_image)
-    if not memlock:
-        with pytest.raises(StageFailure) as e, runner.start(["python3", "-c", script], **start):
-            pass
-        assert e.value.reason is Reason.DOCKER_UNAVAILABLE and "LimitMEMLOCK=infinity" in e.value.message
-        # the rest of the spec, as asked of Docker, without the limit this engine refuses
-        spec = container_spec(base_image, ["python3", "-c", script], labels={"envbuilder.cell": "spec-test"},
-                              **{k: v for k, v in start.items() if k != "image"}, driver="host")
-        kw = spec.kwargs()
-        kw["ulimits"] = [u for u in kw["ulimits"] if u["Name"] != "memlock"]
-        container = client.containers.create(base_image, **kw)
-        container.start()
-        try:
-            code = container.wait(timeout=60)["StatusCode"]
-            lines = container.logs().decode().splitlines()
-            attrs = container.attrs["HostConfig"]
-        finally:
-            container.remove(force=True)
-    else:
-        lines = []
-        code = None
-        with runner.start(["python3", "-c", script], **start) as h:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and code is None:
-                try:
-                    ev = h.events.get(timeout=1)
-                except queue.Empty:
-                    continue
-                if isinstance(ev, LogLine):
-                    lines.append(ev.text)
-                elif isinstance(ev, Exited):
-                    code = ev.code
-            h.container.reload()
-            attrs = h.container.attrs["HostConfig"]
-        assert "memlock -1" in lines
+    lines: list[str] = []
+    code = None
+    with runner.start(["python3", "-c", script], **start) as h:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and code is None:
+            try:
+                ev = h.events.get(timeout=1)
+            except queue.Empty:
+                continue
+            if isinstance(ev, LogLine):
+                lines.append(ev.text)
+            elif isinstance(ev, Exited):
+                code = ev.code
+        h.container.reload()
+        attrs = h.container.attrs["HostConfig"]
     assert code == 1 and "Read-only file system" in "\n".join(lines)  # the model mount is read-only
     assert "stack 67108864" in lines and "model ['config.json']" in lines
     assert attrs["IpcMode"] == "host" and attrs["Binds"] == [f"{tmp_path}:/model:ro"]
     assert attrs["PortBindings"] == {f"{port}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
     assert not client.containers.list(all=True, filters={"label": "envbuilder.cell=spec-test"})  # removed
+    if not _engine_allows_memlock(base_image):  # what a GPU container asks for, refused: explained with the fix
+        probe = client.containers.create(base_image, ["true"], ulimits=[Ulimit(name="memlock", soft=-1, hard=-1)])
+        try:
+            with pytest.raises(docker.errors.APIError) as e:
+                probe.start()
+        finally:
+            probe.remove(force=True)
+        reason, message = dockerapi.explain(e.value)
+        assert reason is Reason.DOCKER_UNAVAILABLE and "LimitMEMLOCK=infinity" in message
     client.close()

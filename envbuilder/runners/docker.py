@@ -33,6 +33,9 @@ from envbuilder.results import Reason, Status
 LABEL = "envbuilder.cell"
 SHM_SIZE = "32g"  # SGLang's install docs
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # SGLang's docker/compose.yaml
+# memlock is for GPU containers (NCCL pins host memory); a CPU container does not ask for it, so it also runs on an
+# engine that may not raise that limit (dockerd inside a container).
+GPU_ONLY_ULIMITS = frozenset({"memlock"})
 HF_CACHE_IN_IMAGE = "/root/.cache/huggingface"
 MODEL_IN_IMAGE = "/model"
 
@@ -60,7 +63,8 @@ class ContainerSpec:
         out: dict[str, Any] = {
             "command": list(self.command), "labels": dict(self.labels), "name": self.name,
             "ipc_mode": "host", "shm_size": SHM_SIZE,
-            "ulimits": [Ulimit(name=n, soft=soft, hard=hard) for n, soft, hard in ULIMITS],
+            "ulimits": [Ulimit(name=n, soft=soft, hard=hard) for n, soft, hard in ULIMITS
+                        if self.gpus is not None or n not in GPU_ONLY_ULIMITS],
         }  # fmt: skip
         if self.port is not None:
             out["ports"] = {f"{self.port}/tcp": ("127.0.0.1", self.port)}
