@@ -13,6 +13,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,26 +186,24 @@ def int_arg(minimum: int) -> Any:
     return parse
 
 
-def positive_float_arg(text: str) -> float:
-    """An argparse ``type=`` for a positive number of seconds."""
+def _float_arg(text: str, ok: Callable[[float], bool], wanted: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
     return value
+
+
+def positive_float_arg(text: str) -> float:
+    """An argparse ``type=`` for a positive number of seconds."""
+    return _float_arg(text, lambda v: 0 < v < float("inf"), "a positive number")
 
 
 def fraction_arg(text: str) -> float:
     """An argparse ``type=`` for a share such as a tolerance: a finite number >= 0 (0.10 = 10 %)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"must be a number >= 0 (0.10 = 10 %), got {text}")
-    return value
+    return _float_arg(text, lambda v: 0 <= v < float("inf"), "a number >= 0 (0.10 = 10 %)")  # also refuses NaN
 
 
 CONFIG_COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",

@@ -177,8 +177,8 @@ def test_unreachable_index_is_error_network_not_incompatible(tmp_path: Path) -> 
     assert "127.0.0.1:9" in s.message
 
 
-def test_cuda_variant_index_and_mismatch(tmp_path: Path) -> None:
-    """PyPI's torch carries CUDA 12.8; a cell asking for 13.0 is resolved again against the CUDA index."""
+def _torch_indexes(tmp_path: Path) -> tuple[LocalIndex, LocalIndex]:
+    """A default index whose torch carries CUDA 12.8, and a CUDA index with a 13.0 build of the same torch."""
     pypi = LocalIndex(tmp_path / "pypi")
     pypi.add("torch", "2.0.0", requires=["nvidia-cuda-runtime-cu12==12.8.90"])
     pypi.add("nvidia-cuda-runtime-cu12", "12.8.90")
@@ -186,6 +186,12 @@ def test_cuda_variant_index_and_mismatch(tmp_path: Path) -> None:
     cu130 = LocalIndex(tmp_path / "cu130")
     cu130.add("torch", "2.0.0+cu130", requires=["nvidia-cuda-runtime==13.0.96"])
     cu130.add("nvidia-cuda-runtime", "13.0.96")
+    return pypi, cu130
+
+
+def test_cuda_variant_index_and_mismatch(tmp_path: Path) -> None:
+    """PyPI's torch carries CUDA 12.8; a cell asking for 13.0 is resolved again against the CUDA index."""
+    pypi, cu130 = _torch_indexes(tmp_path)
     with serve(pypi), serve(cu130):
         axes = 'engine_pkg = ["1.0"]\ncuda = ["12.8", "13.0", "12.9", "12.6"]\nos = ["ubuntu24.04"]\npython = ["3.11"]'
         configured = f'cuda_indexes = {{"13.0" = "{cu130.url}", "12.9" = "{cu130.url}"}}\n'
@@ -203,13 +209,7 @@ def test_cuda_variant_index_and_mismatch(tmp_path: Path) -> None:
 
 
 def test_cuda_template_option_still_fills_unconfigured_cudas(tmp_path: Path) -> None:
-    pypi = LocalIndex(tmp_path / "pypi")
-    pypi.add("torch", "2.0.0", requires=["nvidia-cuda-runtime-cu12==12.8.90"])
-    pypi.add("nvidia-cuda-runtime-cu12", "12.8.90")
-    pypi.add("engine-pkg", "1.0", requires=["torch==2.0.0"])
-    cu130 = LocalIndex(tmp_path / "cu130")
-    cu130.add("torch", "2.0.0+cu130", requires=["nvidia-cuda-runtime==13.0.96"])
-    cu130.add("nvidia-cuda-runtime", "13.0.96")
+    pypi, cu130 = _torch_indexes(tmp_path)
     with serve(pypi), serve(cu130):
         template = cu130.url.replace("cu130", "cu{nodot}")
         axes = 'engine_pkg = ["1.0"]\ncuda = ["13.0"]\nos = ["ubuntu24.04"]\npython = ["3.11"]'
