@@ -9,7 +9,7 @@ wheels). argparse accepts ``--flag value``, ``--flag=value`` and any unambiguous
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -54,14 +54,20 @@ def _key(v: str) -> Version:
         return Version("0")
 
 
+def pick_release(known: Iterable[str], version: str | None) -> str:
+    """Of the releases a per-version table has rows for, the newest not newer than ``version`` (the oldest when all
+    are newer, the newest when ``version`` is unknown)."""
+    ordered = sorted(known, key=_key)
+    if not version:
+        return ordered[-1]
+    older = [k for k in ordered if _key(k) <= _key(version)]
+    return older[-1] if older else ordered[0]
+
+
 def options_for(version: str | None) -> Options:
     """The options of ``version``, or of the newest known release not newer than it (the newest when unknown)."""
     table = _table()
-    known = sorted(table, key=_key)
-    pick = known[-1]
-    if version:
-        older = [k for k in known if _key(k) <= _key(version)]
-        pick = older[-1] if older else known[0]
+    pick = pick_release(table, version)
     row = table[pick]
     opts = row["options"]
     algos = row["speculative_algorithms"]

@@ -20,8 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from packaging.version import InvalidVersion, Version
-
 from envbuilder import launchargs
 from envbuilder.artifacts import HostFacts
 from envbuilder.errors import EnvbuilderError
@@ -40,21 +38,10 @@ def rules() -> dict[str, Any]:
     return data
 
 
-def _v(s: str) -> Version:
-    try:
-        return Version(s)
-    except InvalidVersion:
-        return Version("0")
-
-
 def rules_for(version: str | None) -> tuple[str, dict[str, Any]]:
     """(release whose row applies, the row): the newest row not newer than ``version`` (newest if unknown)."""
     rows: dict[str, Any] = rules()["engine"]
-    known = sorted(rows, key=_v)
-    pick = known[-1]
-    if version:
-        older = [k for k in known if _v(k) <= _v(version)]
-        pick = older[-1] if older else known[0]
+    pick = launchargs.pick_release(rows, version)
     return pick, rows[pick]
 
 

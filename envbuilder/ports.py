@@ -13,7 +13,7 @@ import re
 import socket
 from collections.abc import Sequence
 
-from envbuilder import engines, memory
+from envbuilder import engines, launchargs, memory
 
 LOW, HIGH = 20000, 65535
 # a failed start caused by the port envbuilder picked, not by the cell: retry on another port
@@ -29,12 +29,7 @@ def offsets(engine: str, version: str | None, args: Sequence[str]) -> tuple[int,
     table = memory.rules().get("ports", {})
     if not table:
         return ()
-    known = sorted(table, key=memory._v)
-    pick = known[-1]
-    if version:
-        older = [k for k in known if memory._v(k) <= memory._v(version)]
-        pick = older[-1] if older else known[0]
-    row = table[pick]
+    row = table[launchargs.pick_release(table, version)]
     out = [int(o) for o in row.get("offsets", [])]
     if any(a.split("=", 1)[0] in ("--enable-dp-attention", "--enable-dp-attn") for a in args):
         out += [int(o) for o in row.get("dp_attention_offsets", [])]
