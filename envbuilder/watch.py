@@ -15,6 +15,7 @@ from envbuilder import indexconfig
 from envbuilder.index import SimpleIndex
 from envbuilder.matrix import Cell, Matrix
 from envbuilder.pipeline import Workspace
+from envbuilder.results import CellResult, Status
 
 
 def candidates(m: Matrix, ws: Workspace, pinned: Cell, package: str, *, include_prereleases: bool = False,
@@ -32,13 +33,6 @@ def candidates(m: Matrix, ws: Workspace, pinned: Cell, package: str, *, include_
         pkgs = tuple((a, str(v) if a == axis else val) for a, val in pinned.packages)
         out.append((replace(pinned, packages=pkgs), when.isoformat() if when else "?"))
     return out
-
-
-def verdict(result: Any) -> tuple[bool, list[str]]:
-    """Safe to upgrade when every stage passed (no skips, no perf regression); else the reasons."""
-    reasons = [f"{s.name}: {s.status.value} {s.reason.value} — {s.message}" for s in result.stages
-               if s.status.value != "pass"]  # fmt: skip
-    return not reasons, reasons
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,11 +158,7 @@ def load_summary(path: Path) -> UpgradeSummary | None:
         return None
 
 
-def status_of(result: Any, name: str) -> Any:
-    return next((s for s in result.stages if s.name == name), None)
-
-
-def decide(result: Any, *, gpu: bool, baseline: dict[str, Any] | None = None,
+def decide(result: CellResult, *, gpu: bool, baseline: dict[str, Any] | None = None,
            tolerance: float = 0.10) -> tuple[str, list[str], list[str]]:  # fmt: skip
     """(verdict, reasons, fixes) from one candidate's stage results.
 
@@ -180,22 +170,22 @@ def decide(result: Any, *, gpu: bool, baseline: dict[str, Any] | None = None,
     reasons: list[str] = []
     fixes: list[str] = []
     for s in result.stages:
-        if s.status.value == "fail":
+        if s.status is Status.FAIL:
             reasons.append(f"{s.name}: {s.reason.value} — {s.message}")
             fixes += [str(f) for f in s.details.get("fixes", []) or []]
             if s.name == "build":
                 fixes += build_fixes(s.message)
     if reasons:
         return BLOCKED, reasons, fixes
-    errors = [f"{s.name}: {s.reason.value} — {s.message}" for s in result.stages if s.status.value == "error"]
+    errors = [f"{s.name}: {s.reason.value} — {s.message}" for s in result.stages if s.status is Status.ERROR]
     if errors:
         return UNDECIDED, errors, []
-    smoke = status_of(result, "smoke")
-    if not gpu or smoke is None or smoke.status.value == "skip":
+    smoke = result.stage("smoke")
+    if not gpu or smoke is None or smoke.status is Status.SKIP:
         return SAFE_TO_TRY, [], []
     base = baseline or {}
-    spec = status_of(result, "smoke.spec")
-    speed = status_of(result, "smoke.speed")
+    spec = result.stage("smoke.spec")
+    speed = result.stage("smoke.speed")
     acc = spec.details.get("acceptance_length") if spec is not None else None
     if acc is not None and base.get("spec_accept_length") and acc < base["spec_accept_length"] * (1 - tolerance):
         reasons.append(f"smoke.spec: spec-low-acceptance — acceptance length {acc:.2f} < pin's "
@@ -208,8 +198,8 @@ def decide(result: Any, *, gpu: bool, baseline: dict[str, Any] | None = None,
         if ttft is not None and base.get("ttft_s") and ttft > base["ttft_s"] * (1 + tolerance):
             reasons.append(f"smoke.speed: perf-regression — TTFT {ttft:.3f} s > pin's {base['ttft_s']:.3f} s"
                            f" + {tolerance:.0%}")  # fmt: skip
-    missing = [n for n in ("smoke.golden", "smoke.degeneracy") if (st := status_of(result, n)) is None
-               or st.status.value != "pass"]  # fmt: skip
+    missing = [n for n in ("smoke.golden", "smoke.degeneracy") if (st := result.stage(n)) is None
+               or st.status is not Status.PASS]  # fmt: skip
     if reasons:
         return BLOCKED, reasons, fixes
     if missing:
