@@ -312,7 +312,7 @@ def load(path: Path) -> Matrix:
         raise InputError(where, None, "file not found (pass --matrix PATH)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(where, None, f"cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # TOMLDecodeError, and tomllib's ValueError for an integer of over 4300 digits
         raise InputError(where, None, f"invalid TOML: {e}") from None
     m = parse(data, where=where, path=path)
     _check_model_config(m.model, path, where)

@@ -399,3 +399,15 @@ def test_precheck_cli_on_an_ill_typed_config_is_exit_2(tmp_path: Path) -> None:
     m = write(tmp_path / "m.toml", _QWEN_MATRIX.format(config="config.json"))
     r = envbuilder("--matrix", str(m), "--workdir", str(tmp_path / "wd"), "precheck")
     assert r.code == 2 and "text_config.num_attention_heads" in r.err and "Traceback" not in r.err
+
+
+def test_an_integer_too_long_for_tomllib_is_one_input_error(tmp_path: Path) -> None:
+    """tomllib raises a plain ValueError (not TOMLDecodeError) for an integer of over 4,300 digits (found by the fuzz)."""
+    from envbuilder import matrix
+    from envbuilder.errors import InputError
+
+    f = tmp_path / "matrix.toml"
+    f.write_text('[matrix]\nsglang = {9=' + "9" * 5000 + '}\n')
+    with pytest.raises(InputError) as e:
+        matrix.load(f)
+    assert "invalid TOML" in str(e.value) and "\n" not in str(e.value)
